@@ -8,6 +8,7 @@ from collections.abc import Iterable
 _KEY = re.compile(r'Parser key "([\w.]+)"')
 _LITERAL = re.compile(r"Expected a typing\.Literal\[(.*?)\]\. Got value: (.*)")
 _TYPE = re.compile(r"Expected a <class '(\w+)'>\. Got value: (.*)")
+_GROUP_UNKNOWN = re.compile(r"Group '([\w.]+)' does not accept option '([\w.]+)'")
 _UNKNOWN = re.compile(r"(?:unrecognized arguments: --|does not accept option ')([\w.]+)")
 _CLASS_PATH = re.compile(r"Problem with given class_path '([\w.]+)'")
 _NOT_ACCEPTED = re.compile(r"Option '([\w.]+)' is not accepted")
@@ -23,6 +24,8 @@ def one_line(err: BaseException, known_keys: Iterable[str] = (), algorithms: Ite
     text = str(err)
     key_match = _KEY.search(text)
     key = key_match.group(1) if key_match else None
+    if m := _GROUP_UNKNOWN.search(text):
+        return _unknown_key(f"{m.group(1)}.{m.group(2)}", list(known_keys))
     if m := _UNKNOWN.search(text):
         return _unknown_key(m.group(1), list(known_keys))
     if (m := _CLASS_PATH.search(text)) and (opt := _NOT_ACCEPTED.search(text)):

@@ -1,0 +1,11 @@
+"""The one error type that means *bad input*.
+
+A :class:`ConfigError` is printed by the CLI as one line (``lit-fl: error: <key>: <what is allowed>``) with exit
+status 2. Anything else raised during a run is a bug or a runtime failure and keeps its full traceback.
+"""
+
+from __future__ import annotations
+
+
+class ConfigError(ValueError):
+    """A config key, command-line argument or input file that lit-fl refuses; the message names the key."""
