@@ -143,3 +143,52 @@ def test_fixed_aggregator():
     rounds = _rounds(20, 10, 0.5, 0, fixed_aggregator=3)
     assert all(p.aggregator == 3 for p in rounds)
     assert all(3 not in p.senders and len(p.senders) == 5 for p in rounds)
+
+
+# ------------------------------------------------------------------------------------- peak updates (A.4.6)
+
+
+class _PeakRecorder:
+    """A client as the peak rule sees it: ``alpha_peak`` and ``update_peak``, recording the rounds."""
+
+    def __init__(self) -> None:
+        self.alpha_peak = 0.0
+        self.updated_at: list[int] = []
+        self.round = 0
+
+    def update_peak(self, alpha: float) -> None:
+        self.alpha_peak = alpha
+        self.updated_at.append(self.round)
+
+
+# alpha_max 1, period 3, increment 3 -> cycles r1-3 (P=3), r4-9 (P=6), r10-18 (P=9). alpha by round:
+#  r1 .25  r2 .75  r3 1 | r4 .067 r5 .25 r6 .5 r7 .75 r8 .933 r9 1 |
+#  r10 .030 r11 .117 r12 .25 r13 .413 r14 .587 r15 .75 r16 .883 r17 .970 r18 1
+# top-3 windows: r1-3, r7-9, r16-18; top-5 windows: r1-3, r5-9, r14-18.
+PARTICIPATION = {"A": [1, 3, 7, 13, 15, 16], "B": [2, 5, 12, 14, 17]}
+# Worked by hand. The old rule (alpha_n = alpha(t) on a top-k update) also updated A at r15 for k=3
+# (alpha_n had dropped to .75 at r7) and B at r12 for k=5 (alpha_n had dropped to .25 at r5).
+PEAK_ROUNDS = {
+    1: {"A": [1, 3], "B": [2, 17]},
+    3: {"A": [1, 3, 7, 16], "B": [2, 17]},
+    5: {"A": [1, 3, 7, 15, 16], "B": [2, 5, 14, 17]},
+}
+
+
+@pytest.mark.parametrize("k", [1, 3, 5])
+def test_peak_updates_round_by_round(k: int) -> None:
+    from lit_fl.algorithms import DFML
+
+    dfml = DFML(alpha_max=1.0, period=3, period_increment=3, peak_updates=k)
+    clients = {name: _PeakRecorder() for name in PARTICIPATION}
+    alpha_n_trace = {name: [] for name in PARTICIPATION}
+    for round_ in range(1, 19):
+        present = [c for name, c in clients.items() if round_ in PARTICIPATION[name]]
+        for c in present:
+            c.round = round_
+        dfml.update_peaks(present, round_, dfml.alpha(round_))
+        for name, c in clients.items():
+            alpha_n_trace[name].append(c.alpha_peak)
+    assert {name: c.updated_at for name, c in clients.items()} == PEAK_ROUNDS[k]
+    for trace in alpha_n_trace.values():  # alpha_n never decreases
+        assert all(a <= b for a, b in zip(trace, trace[1:]))

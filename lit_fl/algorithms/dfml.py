@@ -99,10 +99,7 @@ class DFML(DecentralizedAlgorithm):
         updated = [aggregator]
         if self.mutual:
             updated += self.give_back(federation, ledger, aggregator, senders, gathered.before)
-        top_k = self.peak_updates > 1 and self.alpha.in_top_k(round_, self.peak_updates)
-        for client in updated:
-            if alpha >= client.alpha_peak or top_k:
-                client.update_peak(alpha)
+        self.update_peaks(updated, round_, alpha)
         return RoundResult(
             aggregator=aggregator.id,
             senders=gathered.participants.senders,
@@ -110,6 +107,20 @@ class DFML(DecentralizedAlgorithm):
             train_loss=gathered.local_loss,
             extra={"mutual_loss": mutual_loss, **noise_extra, **self.faults.as_metrics()},
         )
+
+    def update_peaks(self, clients: list, round_: int, alpha: float) -> None:
+        """The last lines of Algorithm 1: ``if alpha(t) >= alpha_n: peak_n = W_n+, alpha_n = alpha(t)``.
+
+        With ``peak_updates = k > 1`` (A.4.6: "we allow multiple updates instead of updating the models solely
+        at the maximum alpha") a participant's peak is also updated in the k largest alphas of a cycle. Such an
+        update below ``alpha_n`` keeps ``alpha_n`` (``alpha_n = max(alpha_n, alpha(t))``): ``alpha_n`` never
+        decreases, so a later round outside the top-k window cannot pass ``alpha(t) >= alpha_n`` with an alpha
+        lower than a peak the client already holds.
+        """
+        top_k = self.peak_updates > 1 and self.alpha.in_top_k(round_, self.peak_updates)
+        for client in clients:
+            if alpha >= client.alpha_peak or top_k:
+                client.update_peak(max(alpha, client.alpha_peak))
 
     def mutual_learning(self, clients: list, alpha: float, federation: Federation, runner: StepRunner) -> float:
         """K epochs of :class:`MutualLearning` over the aggregator's (``clients[0]``) train split."""
