@@ -120,3 +120,36 @@ def test_peak_updates_k_also_updates_in_the_top_k_rounds_of_a_cycle() -> None:
     for c in fed.clients:
         assert same_weights(c.peak.state_dict(), c.model.state_dict())
         assert c.alpha_peak == pytest.approx(algo.alpha(7))
+
+
+def test_vanilla_transfer_leaves_every_sender_bit_identical() -> None:
+    """``mutual: false`` (A.4.8): senders are teachers only; BatchNorm running statistics (ResNet) and every
+    other buffer stay as they were, dropout (ViT) is off in their forward passes. The aggregator learns."""
+    from lit_fl.algorithms import DFML
+    from lit_fl.federation.ledger import CommunicationLedger
+    from lit_fl.steps import StepRunner
+
+    fed = tiny_federation(num_clients=4, pool=("resnet18_4_4_4_4", "vit_16_16"))
+    dfml = DFML(mutual_epochs=1, mutual=False, sender_fraction=0.75, local_epochs=0)  # no local training
+    dfml.setup(fed)
+    before = snapshot(fed)
+    result = dfml.run_round(1, fed, StepRunner("cpu"), CommunicationLedger())
+    assert len(result.senders) == 3
+    for n in result.senders:
+        assert same_weights(before[n], fed.clients[n].model.state_dict()), fed.clients[n].arch
+        assert fed.clients[n].model.training  # mode restored
+    assert not same_weights(before[result.aggregator], fed.clients[result.aggregator].model.state_dict())
+
+
+def test_frozen_teacher_logits_are_deterministic_and_keep_buffers() -> None:
+    from lit_fl.models import create_model
+    from lit_fl.steps.peer_learning import frozen_teacher_logits
+
+    torch.manual_seed(0)
+    for arch in ("vit_16_16", "resnet18_4_4_4_4"):
+        model = create_model(arch, (3, 8, 8), 4).train()
+        buffers = {k: v.clone() for k, v in model.state_dict().items()}
+        x = torch.randn(5, 3, 8, 8)
+        assert torch.equal(frozen_teacher_logits(model, x), frozen_teacher_logits(model, x))  # dropout off
+        assert same_weights(buffers, model.state_dict())
+        assert model.training

@@ -58,11 +58,24 @@ class PeerLearningStep(L.LightningModule):
         return total
 
     def _logits(self, n: int, x: Tensor) -> Tensor:
+        model = self.models[n]
         if self.trainable[n]:
-            return self.models[n](x)
-        with torch.no_grad():
-            return self.models[n](x)
+            return model(x)
+        return frozen_teacher_logits(model, x)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         params = [p for m, t in zip(self.models, self.trainable) if t for p in m.parameters()]
         return self.optimizer_config.build(params)
+
+
+def frozen_teacher_logits(model: nn.Module, x: Tensor) -> Tensor:
+    """Logits of a teacher that does not learn: eval mode (BatchNorm uses and keeps its running statistics,
+    dropout is off) under no_grad, so every parameter and buffer of the teacher stays bit-identical; the
+    model's mode is restored afterwards."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            return model(x)
+    finally:
+        model.train(was_training)
