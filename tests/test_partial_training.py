@@ -209,10 +209,45 @@ def test_federated_dropout_round_gives_everyone_a_slice_of_the_same_global() -> 
     big = next(c for c in participants if c.arch == BIG)
     global_views = view_shapes(big.model)
     views = [view_shapes(c.model) for c in participants]
-    rule = algo.index_rule(1, fed, global_views, views)
-    for client in participants:
+    rules = algo.index_rules(1, fed, global_views, views)
+    for client, rule in zip(participants, rules):
         plan = slice_plan(global_views, view_shapes(client.model), rule)
         assert same_weights(extract(glob, shapes(client.model.state_dict()), plan), client.model.state_dict())
+
+
+def test_federated_dropout_draws_indices_per_participant_and_averages_over_covering_ones() -> None:
+    """DFML A.3.3: every sub-model has its own random indices; Eq. 6 averages each global entry over the
+    participants whose index sets cover it."""
+    fed = tiny_federation(num_clients=6, pool=(BIG, SMALL))
+    algo = FederatedDropout(sender_fraction=1.0)
+    algo.setup(fed)
+    participants = list(fed.clients)
+    with torch.no_grad():
+        for value, client in enumerate(participants, start=1):
+            for param in client.model.state_dict().values():
+                param.fill_(float(value))
+    rng_state = fed.rng.algorithm.bit_generator.state
+    glob = algo.aggregate_and_split(1, fed, participants)
+    fed.rng.algorithm.bit_generator.state = rng_state  # replay the round's draws
+    big = next(c for c in participants if c.arch == BIG)
+    global_views = view_shapes(big.model)
+    views = [view_shapes(c.model) for c in participants]
+    plans = [slice_plan(global_views, v, r) for v, r in zip(views, algo.index_rules(1, fed, global_views, views))]
+    small = [i for i, c in enumerate(participants) if c.arch == SMALL]
+    assert len(small) == 3
+    key = next(k for k, sl in plans[small[0]].items() if not sl.whole)
+    index_sets = {tuple(plans[i][key].indices[0].tolist()) for i in small}
+    assert len(index_sets) == 3, index_sets  # same width, three different random index sets
+    for key, global_tensor in glob.items():
+        total = torch.zeros(global_tensor.numel())
+        count = torch.zeros(global_tensor.numel())
+        for value, plan in enumerate(plans, start=1):
+            flat = plan[key].flat_index().reshape(-1)
+            total[flat] += value
+            count[flat] += 1
+        covered = count > 0
+        expected = total[covered] / count[covered]
+        assert torch.allclose(global_tensor.reshape(-1)[covered].float(), expected), key
 
 
 def test_mixed_family_pool_is_refused_with_the_architectures_named() -> None:

@@ -68,6 +68,12 @@ class PartialTraining(DecentralizedFedAvg):
     ) -> IndexRule:
         """The rule ``(J, n) -> index set`` of this round, given ``W_g``'s and the participants' view shapes."""
 
+    def index_rules(
+        self, round_: int, federation: Federation, global_views: dict[str, Shape], views: Sequence[dict[str, Shape]]
+    ) -> list[IndexRule]:
+        """One rule per participant; by default every participant follows the round's :meth:`index_rule`."""
+        return [self.index_rule(round_, federation, global_views, views)] * len(views)
+
     def aggregate(self, round_: int, federation: Federation, clients: list[Client]) -> None:
         """Eq. 6 over the participants' overlapping entries instead of FedAvg's per-architecture average."""
         self.aggregate_and_split(round_, federation, clients)
@@ -79,8 +85,8 @@ class PartialTraining(DecentralizedFedAvg):
         states = [c.model.state_dict() for c in clients]
         global_views = view_shapes(clients[largest].model)
         views = [view_shapes(c.model) for c in clients]
-        rule = self.index_rule(round_, federation, global_views, views)
-        plans = [slice_plan(global_views, v, rule) for v in views]
+        rules = self.index_rules(round_, federation, global_views, views)
+        plans = [slice_plan(global_views, v, rule) for v, rule in zip(views, rules)]
         weights = None if self.weighting == "equal" else [float(c.num_train) for c in clients]
         new_global = aggregate(states[largest], states, weights, plans)
         subs = [extract(new_global, {k: t.shape for k, t in s.items()}, p) for s, p in zip(states, plans)]
@@ -110,14 +116,27 @@ class FedRolex(PartialTraining):
 
 
 class FederatedDropout(PartialTraining):
-    """Decentralized Federated Dropout (Eq. 7): the aggregator draws one random permutation per global
-    dimension size ``J`` per round (``federation.rng.algorithm``); a sub-model with ``n`` of ``J`` takes the
-    first ``n`` entries, sorted. The draw is part of the checkpointed random streams, so resumes repeat it."""
+    """Decentralized Federated Dropout (Eq. 7): every participant gets its OWN random index set (DFML A.3.3:
+    the sub-models are "randomly selected" per model). Per participant, in participant order, one random
+    permutation per global dimension size ``J`` is drawn; a sub-model with ``n`` of ``J`` takes its first ``n``
+    entries, sorted, so a layer's outputs and the next layer's inputs agree within one model.
+
+    The draws come from ``federation.rng.algorithm``, a stream of their own: aggregator and sender draws
+    (``rng.selection``) stay identical to HeteroFL's and FedRolex's with the same seed, so runs of the three
+    methods stay paired. The stream is checkpointed, so a resumed run repeats the draws.
+    """
 
     def index_rule(
         self, round_: int, federation: Federation, global_views: dict[str, Shape], views: Sequence[dict[str, Shape]]
     ) -> IndexRule:
-        scaled = {
-            big for view in views for key, local in view.items() for n, big in zip(local, global_views[key]) if n < big
-        }
-        return DropoutIndices(federation.rng.algorithm, scaled)
+        """The first participant's rule (see :meth:`index_rules`: every participant draws its own)."""
+        return self.index_rules(round_, federation, global_views, views[:1])[0]
+
+    def index_rules(
+        self, round_: int, federation: Federation, global_views: dict[str, Shape], views: Sequence[dict[str, Shape]]
+    ) -> list[IndexRule]:
+        rules: list[IndexRule] = []
+        for view in views:
+            scaled = {big for key, local in view.items() for n, big in zip(local, global_views[key]) if n < big}
+            rules.append(DropoutIndices(federation.rng.algorithm, scaled))
+        return rules
