@@ -77,3 +77,39 @@ def test_dfml_runs_on_a_ring_and_moves_only_neighbours() -> None:
     algo.setup(fed)
     result = algo.run_round(1, fed, StepRunner(accelerator="cpu"), CommunicationLedger())
     assert result.aggregator == 0 and set(result.senders) == {1, 5}
+
+
+def test_two_group_relay_reaches_25_senders_of_50_and_counts_every_hop() -> None:
+    """DFML Tables 11-12: 50 clients, 25 senders on the two-group topology. Without relay a client off the
+    bridge reaches only the 24 others of its group; with ``relay`` the senders come from both groups and each
+    model is charged once per link it crosses (there and back)."""
+    from lit_fl.federation.ledger import model_megabytes
+
+    assert len(select_participants(1, None, 50, 0.5, np.random.default_rng(0), topology=two_group(50)[0]).senders) == 24
+    fed = tiny_federation(num_clients=50, pool=("cnn_4",))
+    fed.topology = build_topology(TopologyConfig(name="two_group", relay=True), 50, seed=0)
+    dfml = DFML(mutual_epochs=1, local_epochs=0)
+    dfml.setup(fed)
+    ledger = CommunicationLedger()
+    ledger.start_round()
+    result = dfml.run_round(1, fed, StepRunner("cpu"), ledger)
+    assert result.aggregator == 0 and len(result.senders) == 25
+    # Aggregator 0 is in the group of ids 0, 2, ..., 48 (bridge id 24); the other group's bridge is id 25.
+    hops = {s: 1 if s % 2 == 0 else 2 if s == 25 else 3 for s in result.senders}
+    assert any(h == 3 for h in hops.values()) and any(h == 1 for h in hops.values())
+    size = model_megabytes(fed.clients[0].model)  # one architecture: every model has this size
+    assert ledger.round_sent_mb == pytest.approx(size * sum(hops.values()))
+    assert ledger.round_returned_mb == pytest.approx(size * sum(hops.values()))
+
+
+def test_relay_off_never_selects_beyond_the_neighbours() -> None:
+    topo = build_topology(TopologyConfig(name="ring", relay=False), 10, seed=0)
+    rng = np.random.default_rng(1)
+    previous = None
+    for round_ in range(1, 50):
+        p = select_participants(round_, previous, 10, 0.5, rng, topology=topo)
+        assert all(topo.connected(p.aggregator, s) for s in p.senders)
+        previous = p.aggregator
+    relayed = build_topology(TopologyConfig(name="ring", relay=True), 10, seed=0)
+    assert relayed.hops(0, 5) == 5 and relayed.hops(0, 9) == 1
+    assert len(select_participants(1, None, 10, 0.5, rng, topology=relayed).senders) == 5

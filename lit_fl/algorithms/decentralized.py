@@ -121,7 +121,8 @@ class DecentralizedAlgorithm(Algorithm):
             if failed[i]:
                 self.faults.dropped_senders += 1
                 continue
-            ledger.send(sender.id, receiver.id, models[i] if models is not None else sender.model)
+            model = models[i] if models is not None else sender.model
+            ledger.send(sender.id, receiver.id, model, federation.topology.hops(sender.id, receiver.id))
             arrived.append(sender)
         return arrived
 
@@ -142,7 +143,8 @@ class DecentralizedAlgorithm(Algorithm):
         lost = draw_failures(federation.faults.return_drop_prob, len(receivers), federation.rng.faults)
         delivered = []
         for i, receiver in enumerate(receivers):
-            ledger.give_back(sender.id, receiver.id, models[i] if models is not None else receiver.model)
+            model = models[i] if models is not None else receiver.model
+            ledger.give_back(sender.id, receiver.id, model, federation.topology.hops(sender.id, receiver.id))
             if lost[i]:
                 self.faults.lost_returns += 1
                 if before is None:

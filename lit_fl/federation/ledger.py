@@ -28,14 +28,15 @@ class CommunicationLedger:
         self.round_sent_mb = self.round_returned_mb = 0.0
         self.transfers = []
 
-    def send(self, source: int, target: int, model: nn.Module) -> None:
-        mb = model_megabytes(model)
+    def send(self, source: int, target: int, model: nn.Module, hops: int = 1) -> None:
+        """``model`` travels from ``source`` to ``target`` over ``hops`` links; every link carries it once."""
+        mb = model_megabytes(model) * hops
         self.round_sent_mb += mb
         self.total_mb += mb
         self.transfers.append((source, target, mb))
 
-    def give_back(self, source: int, target: int, model: nn.Module) -> None:
-        mb = model_megabytes(model)
+    def give_back(self, source: int, target: int, model: nn.Module, hops: int = 1) -> None:
+        mb = model_megabytes(model) * hops
         self.round_returned_mb += mb
         self.total_mb += mb
         self.transfers.append((source, target, mb))

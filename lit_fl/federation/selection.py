@@ -40,7 +40,8 @@ def select_participants(
 ) -> Participants:
     """Round 1: the lowest id aggregates. Later, the previous aggregator draws the next one uniformly among
     its neighbours (every other client on a mesh). The aggregator draws ``num_senders`` distinct senders
-    among its own neighbours (fewer when it has fewer neighbours). ``fixed_aggregator`` pins the aggregator
+    among the clients it can reach (:meth:`Topology.reachable`: its neighbours, or everyone it reaches over
+    several hops with ``topology.relay``), fewer when it reaches fewer. ``fixed_aggregator`` pins the aggregator
     (ablation of A.4.2)."""
     topology = topology or mesh(num_clients)
     if fixed_aggregator is not None:
@@ -50,7 +51,7 @@ def select_participants(
     else:
         candidates = topology.neighbours(previous_aggregator)
         aggregator = int(rng.choice(candidates)) if len(candidates) else previous_aggregator
-    reachable = topology.neighbours(aggregator)
+    reachable = topology.reachable(aggregator)
     count = min(num_senders(num_clients, sender_fraction), len(reachable))
     senders = rng.choice(reachable, size=count, replace=False) if count else np.empty(0, dtype=np.int64)
     return Participants(aggregator=aggregator, senders=tuple(int(s) for s in np.sort(senders)))

@@ -1,7 +1,8 @@
 """Who can reach whom: full mesh (default), the two-group topology of DFML A.4.10, ring, random d-regular.
 
 Selection draws the next aggregator among the previous aggregator's neighbours and the senders among the
-aggregator's neighbours, so a model never crosses a missing link.
+aggregator's neighbours, so a model never crosses a missing link. With ``relay`` the senders are drawn among
+every client the aggregator can reach over several hops, and each hop is counted in the ledger.
 """
 
 from __future__ import annotations
@@ -23,10 +24,16 @@ class TopologyConfig:
         name: mesh (everyone reaches everyone), two_group (DFML A.4.10: odd and even addresses form two
             meshes joined by one link between their median clients), ring, or regular (random d-regular).
         degree: neighbours per client for ``regular`` (d < N; N * d must be even).
+        relay: senders may be any client the aggregator reaches over several hops (models are relayed by
+            the clients in between, every hop counted in the communication ledger); False = neighbours only.
+            DFML Tables 11-12 state "50 clients and 25 senders" on the two-group topology, where a client
+            that is not on the bridge has only 24 neighbours: 25 senders need relaying through the bridge, so
+            the Table 11-12 configs set ``relay: true``. The next aggregator is always a neighbour.
     """
 
     name: TopologyName = "mesh"
     degree: int = 4
+    relay: bool = False
 
     def __post_init__(self) -> None:
         if self.name not in TOPOLOGIES:
@@ -38,10 +45,12 @@ class TopologyConfig:
 class Topology:
     """An undirected graph over client ids ``0..N-1`` as a boolean adjacency matrix (no self loops)."""
 
-    def __init__(self, name: str, adjacency: np.ndarray) -> None:
+    def __init__(self, name: str, adjacency: np.ndarray, relay: bool = False) -> None:
         self.name = name
         self.adjacency = adjacency.astype(bool)
         np.fill_diagonal(self.adjacency, False)
+        self.relay = relay
+        self._distances: dict[int, np.ndarray] = {}
 
     @property
     def num_clients(self) -> int:
@@ -52,6 +61,36 @@ class Topology:
 
     def connected(self, a: int, b: int) -> bool:
         return bool(self.adjacency[a, b])
+
+    def reachable(self, client: int) -> np.ndarray:
+        """Possible senders to ``client``: its neighbours, or with ``relay`` every client it reaches."""
+        if not self.relay:
+            return self.neighbours(client)
+        distance = self.distances(client)
+        return np.flatnonzero(distance > 0)
+
+    def hops(self, a: int, b: int) -> int:
+        """Links a model crosses from ``a`` to ``b`` on a shortest path (1 between neighbours)."""
+        if self.adjacency[a, b]:
+            return 1
+        distance = int(self.distances(a)[b])
+        if distance < 0:
+            raise ValueError(f"client {b} cannot be reached from client {a} on the {self.name} topology")
+        return distance
+
+    def distances(self, source: int) -> np.ndarray:
+        """Shortest-path hop counts from ``source`` (breadth-first; -1 = unreachable), cached per source."""
+        if source not in self._distances:
+            distance = np.full(self.num_clients, -1, dtype=np.int64)
+            distance[source] = 0
+            frontier, level = np.array([source]), 0
+            while len(frontier):
+                level += 1
+                nxt = np.flatnonzero(self.adjacency[frontier].any(axis=0) & (distance < 0))
+                distance[nxt] = level
+                frontier = nxt
+            self._distances[source] = distance
+        return self._distances[source]
 
     def edges(self) -> list[tuple[int, int]]:
         rows, cols = np.nonzero(np.triu(self.adjacency))
@@ -101,9 +140,12 @@ def random_regular(num_clients: int, degree: int, rng: np.random.Generator) -> T
 
 def build_topology(config: TopologyConfig, num_clients: int, seed: int) -> Topology:
     if config.name == "mesh":
-        return mesh(num_clients)
-    if config.name == "two_group":
-        return two_group(num_clients)[0]
-    if config.name == "ring":
-        return ring(num_clients)
-    return random_regular(num_clients, config.degree, np.random.default_rng([seed, 3]))
+        topology = mesh(num_clients)
+    elif config.name == "two_group":
+        topology = two_group(num_clients)[0]
+    elif config.name == "ring":
+        topology = ring(num_clients)
+    else:
+        topology = random_regular(num_clients, config.degree, np.random.default_rng([seed, 3]))
+    topology.relay = config.relay
+    return topology
