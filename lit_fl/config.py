@@ -26,6 +26,11 @@ class DataConfig:
         server_fraction: share of the train set held out from every client as unlabeled server data
             (codistillation's distillation set); 0 = none.
         options: extra keyword arguments of the dataset loader (e.g. num_classes for synthetic).
+        augment: train-time augmentation: ``none``, ``crop_flip`` (random 4-pixel-padded crop with black
+            padding plus horizontal flip, on the tensors) or ``auto`` = the dataset's default: ``crop_flip``
+            for cifar10/cifar100, ``none`` for every other dataset. The papers differ: DFML names no
+            augmentation (its configs say ``none``), knowledge codistillation names random crops and flips
+            (App. C.1: its configs say ``crop_flip``); FedORION and UA-PDFL name none.
     """
 
     dataset: str = "mnist5k"
@@ -38,6 +43,7 @@ class DataConfig:
     val_fraction: float = 0.2
     server_fraction: float = 0.0
     options: dict[str, Any] = field(default_factory=dict)
+    augment: Literal["auto", "none", "crop_flip"] = "auto"
 
     def __post_init__(self) -> None:
         from lit_fl.data.registry import list_datasets
@@ -54,6 +60,8 @@ class DataConfig:
             raise ValueError(f"data.zeta must be >= 1, got {self.zeta}")
         if not 0.0 <= self.val_fraction < 1.0:
             raise ValueError(f"data.val_fraction must be in [0, 1), got {self.val_fraction}")
+        if self.augment not in ("auto", "none", "crop_flip"):
+            raise ValueError(f"data.augment: {self.augment!r} is not allowed; allowed: auto, none, crop_flip")
         if not 0.0 <= self.server_fraction < 1.0:
             raise ValueError(f"data.server_fraction must be in [0, 1), got {self.server_fraction}")
 

@@ -281,3 +281,49 @@ def test_random_crop_flip_padding0_is_identity_or_flip():
     flipped = [torch.equal(out[i], x[i].flip(-1)) for i in range(100)]
     assert all(s or f for s, f in zip(same, flipped, strict=True))
     assert 20 < sum(flipped) < 80
+
+
+def test_crop_padding_is_black_in_pixel_space():
+    """Normalised images are padded with (0 - mean) / std per channel: a black pixel, not a grey 0."""
+    from lit_fl.data.transforms import black_value, normalize
+
+    mean, std = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
+    raw = torch.full((256, 3, 4, 4), 0.8)  # a bright image in pixel space
+    x = normalize(raw, mean, std)
+    black = black_value(mean, std)
+    out = random_crop_flip(x, padding=4, generator=torch.Generator().manual_seed(0), fill=black)
+    pixels = out * torch.tensor(std).view(1, 3, 1, 1) + torch.tensor(mean).view(1, 3, 1, 1)  # back to pixel space
+    border = pixels.isclose(torch.zeros(()), atol=1e-6)
+    inside = pixels.isclose(torch.full((), 0.8), atol=1e-6)
+    assert bool((border | inside).all())  # every pixel is either the image or black padding
+    assert 0 < int(border.sum()) < border.numel()  # offsets into the padding do occur
+    assert (border.sum(1) % 3 == 0).all() and bool((border.all(1) == border.any(1)).all())  # all channels black
+
+
+def test_data_augment_key_reaches_the_batches():
+    from lit_fl.algorithms import DFML
+    from lit_fl.config import DataConfig, ModelsConfig
+    from lit_fl.data import load_dataset
+    from lit_fl.federation.builder import build_federation
+
+    options = {"num_classes": 4, "input_shape": (3, 8, 8), "num_train": 200, "num_test": 50}
+    dataset = load_dataset("synthetic", **options)
+    assert dataset.augment == "none"  # the dataset's default
+    results = {}
+    for augment in ("auto", "none", "crop_flip"):
+        data = DataConfig(dataset="synthetic", num_clients=2, options=options, augment=augment)
+        fed = build_federation(dataset, data, ModelsConfig(pool=["cnn_4"]), seed=0)
+        algo = DFML(batch_size=16)
+        client = fed.clients[0]
+        x, _ = next(iter(algo.batches(fed, client.train_idx)))
+        fed_again = build_federation(dataset, data, ModelsConfig(pool=["cnn_4"]), seed=0)
+        order = client.train_idx[torch.randperm(len(client.train_idx), generator=torch.Generator().manual_seed(2))]
+        assert fed_again.data.augment == ("none" if augment == "auto" else augment)
+        results[augment] = (x, fed.data.train_x[order[:16]])
+    for augment in ("auto", "none"):
+        x, plain = results[augment]
+        assert torch.equal(x, plain)  # batches are the raw samples, untouched
+    x, plain = results["crop_flip"]
+    assert x.shape == plain.shape and not torch.equal(x, plain)
+    with pytest.raises(ValueError, match="data.augment"):
+        DataConfig(augment="mixup")

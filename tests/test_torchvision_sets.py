@@ -126,7 +126,8 @@ def test_loads_fake_files(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyP
 
     assert ds.name == name
     assert ds.num_classes == spec.num_classes
-    assert ds.augment == (name in ("cifar10", "cifar100"))
+    assert ds.augment == ("crop_flip" if name in ("cifar10", "cifar100") else "none")
+    assert ds.black == pytest.approx(tuple(-m / sd for m, sd in zip(spec.mean, spec.std)))
     assert ds.train_x.shape == (N_TRAIN, channels, size, size)
     assert ds.test_x.shape == (N_TEST, channels, size, size)
     assert ds.train_x.dtype == ds.test_x.dtype == torch.float32

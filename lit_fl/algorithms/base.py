@@ -89,6 +89,7 @@ class Algorithm(ABC):
             federation.rng.data_order,
             epochs=epochs,
             augment=data.augment,
+            black=data.black,
         )
 
     def local_training(self, client: Client, federation: Federation, runner: StepRunner, prox_mu: float = 0.0) -> float:

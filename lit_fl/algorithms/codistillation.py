@@ -327,6 +327,7 @@ class Codistillation(Algorithm):
             federation.rng.data_order,
             epochs=-(-self.distill_steps // per_epoch),
             augment=data.augment,
+            black=data.black,
         )
         out = islice(iter(batches), self.distill_steps)
         if self.distill_augment:

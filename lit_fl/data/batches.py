@@ -14,7 +14,8 @@ class ClientBatches:
     """Shuffled ``(x, y)`` mini-batches over ``indices`` of ``(x_all, y_all)`` for ``epochs`` epochs.
 
     The order comes from ``generator`` (a CPU generator: identical streams on every device, so a resumed
-    run on another machine draws the same batches); augmentation, when on, runs on the batch tensor.
+    run on another machine draws the same batches); ``augment="crop_flip"`` runs random crop (padding of value
+    ``black``, the normalised black pixel) and flip on the batch tensor.
     Iterating twice draws two different orders: the generator advances.
     """
 
@@ -26,13 +27,16 @@ class ClientBatches:
         batch_size: int,
         generator: torch.Generator,
         epochs: int = 1,
-        augment: bool = False,
+        augment: str = "none",
+        black: tuple[float, ...] = (0.0,),
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.x_all, self.y_all = x_all, y_all
         self.indices = indices.to(torch.long).cpu()
-        self.batch_size, self.epochs, self.augment = batch_size, epochs, augment
+        if augment not in ("none", "crop_flip"):
+            raise ValueError(f"augment must be none or crop_flip, got {augment!r}")
+        self.batch_size, self.epochs, self.augment, self.black = batch_size, epochs, augment, black
         self.generator = generator
 
     def __len__(self) -> int:
@@ -46,11 +50,11 @@ class ClientBatches:
             for start in range(0, len(order), self.batch_size):
                 idx = order[start : start + self.batch_size]
                 x = self.x_all[idx]
-                if self.augment:
+                if self.augment == "crop_flip":
                     x = self._augment(x)
                 yield x, self.y_all[idx]
 
     def _augment(self, x: Tensor) -> Tensor:
         seed = int(torch.randint(0, 2**62, (1,), generator=self.generator))
         g = torch.Generator(device=x.device).manual_seed(seed)
-        return random_crop_flip(x, padding=4, generator=g)
+        return random_crop_flip(x, padding=4, generator=g, fill=self.black)

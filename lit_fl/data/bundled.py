@@ -15,7 +15,7 @@ import torch
 
 from lit_fl.data.dataset import ImageDataset
 from lit_fl.data.registry import register_dataset
-from lit_fl.data.transforms import normalize
+from lit_fl.data.transforms import black_value, normalize
 
 MNIST_MEAN, MNIST_STD = (0.1307,), (0.3081,)
 
@@ -37,7 +37,9 @@ def _build(name: str, images: np.ndarray, labels: np.ndarray, test_fraction: flo
     train, test = stratified_split(labels, test_fraction, split_seed)
     x = normalize(torch.from_numpy(images).float(), mean, std)
     y = torch.from_numpy(labels).long()
-    return ImageDataset(name, x[train], y[train], x[test], y[test], num_classes=int(labels.max()) + 1)
+    return ImageDataset(
+        name, x[train], y[train], x[test], y[test], num_classes=int(labels.max()) + 1, black=black_value(mean, std)
+    )
 
 
 @functools.cache

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Literal
 
 import torch
 from torch import Tensor
+
+Augment = Literal["none", "crop_flip"]
+AUGMENTS: tuple[str, ...] = ("none", "crop_flip")
 
 
 @dataclass
@@ -14,7 +18,11 @@ class ImageDataset:
 
     ``train_x``/``test_x`` are float32 ``(N, C, H, W)``; ``train_y``/``test_y`` int64 ``(N,)``. Clients hold
     index tensors into ``train_x``; nothing is copied per client (DESIGN: "Data of a dataset is one tensor
-    on the target device"). ``augment`` turns on random crop + horizontal flip at train time.
+    on the target device").
+
+    ``augment`` is the train-time augmentation (``none`` or ``crop_flip``: random crop from a 4-pixel black
+    border plus horizontal flip); a loader sets its dataset's default, ``data.augment`` overrides it.
+    ``black`` is the normalised value of a black pixel per channel, the crop's padding.
     """
 
     name: str
@@ -23,7 +31,8 @@ class ImageDataset:
     test_x: Tensor
     test_y: Tensor
     num_classes: int
-    augment: bool = False
+    augment: Augment = "none"
+    black: tuple[float, ...] = (0.0,)
 
     def __post_init__(self) -> None:
         if self.train_x.ndim != 4 or self.test_x.ndim != 4:
@@ -50,4 +59,11 @@ class ImageDataset:
             self.test_y.to(device),
             self.num_classes,
             self.augment,
+            self.black,
         )
+
+    def with_augment(self, augment: Augment) -> ImageDataset:
+        """The same tensors with train-time augmentation ``augment``."""
+        if augment not in AUGMENTS:
+            raise ValueError(f"data.augment: {augment!r} is not allowed; allowed: auto, {', '.join(AUGMENTS)}")
+        return replace(self, augment=augment)

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from lit_fl.data.dataset import ImageDataset
 from lit_fl.data.registry import register_dataset
-from lit_fl.data.transforms import normalize, to_float_images
+from lit_fl.data.transforms import black_value, normalize, to_float_images
 
 
 class DatasetNotFoundError(RuntimeError):
@@ -40,7 +40,7 @@ class TorchvisionSpec:
     mean: tuple[float, ...]
     std: tuple[float, ...]
     files: str  # where torchvision expects the files, relative to root (for the error message)
-    augment: bool = False
+    augment: str = "none"  # the dataset's default ``data.augment``
     label_attr: str = "targets"
     split_arg: bool = False  # the class takes ``split="train"/"test"`` instead of ``train=True/False``
 
@@ -48,11 +48,11 @@ class TorchvisionSpec:
 SPECS: dict[str, TorchvisionSpec] = {
     "cifar10": TorchvisionSpec(
         "CIFAR-10", "CIFAR10", 10, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616),
-        "cifar-10-batches-py/", augment=True,
+        "cifar-10-batches-py/", augment="crop_flip",
     ),
     "cifar100": TorchvisionSpec(
         "CIFAR-100", "CIFAR100", 100, (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762),
-        "cifar-100-python/", augment=True,
+        "cifar-100-python/", augment="crop_flip",
     ),
     "fmnist": TorchvisionSpec(
         "FashionMNIST", "FashionMNIST", 10, (0.2860,), (0.3530,), "FashionMNIST/raw/*-ubyte",
@@ -71,7 +71,10 @@ def load_torchvision(root: Path, download: bool, seed: int, *, name: str) -> Ima
     root = Path(root).expanduser().resolve()
     train_x, train_y = _read_split(spec, root, download, train=True)
     test_x, test_y = _read_split(spec, root, download, train=False)
-    return ImageDataset(name, train_x, train_y, test_x, test_y, spec.num_classes, augment=spec.augment)
+    return ImageDataset(
+        name, train_x, train_y, test_x, test_y, spec.num_classes, augment=spec.augment,
+        black=black_value(spec.mean, spec.std),
+    )
 
 
 def _read_split(spec: TorchvisionSpec, root: Path, download: bool, train: bool) -> tuple[Tensor, Tensor]:

@@ -26,14 +26,21 @@ def normalize(x: Tensor, mean: Sequence[float], std: Sequence[float]) -> Tensor:
     return ((x - m) / s).contiguous()
 
 
-def random_crop_flip(x: Tensor, padding: int = 4, generator: torch.Generator | None = None) -> Tensor:
-    """Random crop with zero padding plus random horizontal flip, for a whole batch at once.
+def random_crop_flip(
+    x: Tensor, padding: int = 4, generator: torch.Generator | None = None, fill: Sequence[float] = (0.0,)
+) -> Tensor:
+    """Random crop from the image padded by ``padding`` pixels of value ``fill`` (per channel, or one value
+    for all), plus a random horizontal flip, for a whole batch at once.
 
-    Every sample gets its own offset and flip, drawn from ``generator`` (which must live on ``x.device``).
-    Implemented with one gather, so the cost is a single pass over the batch on any device.
+    For normalised images ``fill`` is the normalised value of a black pixel, ``(0 - mean) / std``, so the
+    padding is black in pixel space (torchvision's ``RandomCrop(padding=4)`` on the raw image). Every sample
+    gets its own offset and flip, drawn from ``generator`` (which must live on ``x.device``). Implemented
+    with one gather, so the cost is a single pass over the batch on any device.
     """
     n, c, h, w = x.shape
-    padded = torch.nn.functional.pad(x, (padding, padding, padding, padding))
+    value = torch.as_tensor(fill, dtype=x.dtype, device=x.device).reshape(1, -1, 1, 1)
+    padded = value.expand(n, c, h + 2 * padding, w + 2 * padding).clone()
+    padded[:, :, padding : padding + h, padding : padding + w] = x
     dev = x.device
     dy = torch.randint(0, 2 * padding + 1, (n,), device=dev, generator=generator)
     dx = torch.randint(0, 2 * padding + 1, (n,), device=dev, generator=generator)
@@ -45,3 +52,8 @@ def random_crop_flip(x: Tensor, padding: int = 4, generator: torch.Generator | N
     out = padded.gather(2, idx_rows)
     idx_cols = cols.view(n, 1, 1, w).expand(n, c, h, w)
     return out.gather(3, idx_cols)
+
+
+def black_value(mean: Sequence[float], std: Sequence[float]) -> tuple[float, ...]:
+    """The normalised value of a black (all-zero) pixel per channel: ``(0 - mean) / std``."""
+    return tuple(-m / s for m, s in zip(mean, std))

@@ -40,6 +40,8 @@ def build_federation(
     if channels_last is None:
         channels_last = all(arch.startswith("cnn_") for arch in archs)
     dataset = dataset.to(dataset.train_x.device, channels_last=channels_last)
+    if data.augment != "auto":
+        dataset = dataset.with_augment(data.augment)
     labels = dataset.train_y.cpu().numpy()
     rng = np.random.default_rng([seed, 0])
     server_idx, client_pool = hold_out(len(labels), data.server_fraction, np.random.default_rng([seed, 6]))
