@@ -439,3 +439,53 @@ def test_resumed_run_equals_an_uninterrupted_one(tmp_path) -> None:  # noqa: ANN
         result = run_cli("fit", "--config", path, "--run_dir", runs, *argv)
         assert result.rc == 0, result.err
     assert_runs_equal(runs / "part", runs / "full")
+
+
+# -- paper fidelity: two learning rates, one noise batch per server epoch -------------------------------------
+
+
+def test_client_trains_the_global_copy_at_eta_g_and_the_local_model_at_eta_i() -> None:
+    """Algorithm 1, client side: theta_i -= eta_i grad L_CMi, theta_gi -= eta_g grad L_GMi (eta_g = 0.001)."""
+    from lit_fl.data.batches import ClientBatches
+    from lit_fl.losses import kl_divergence
+
+    fed = _fed()
+    algo = FedORION(local_epochs=1, batch_size=1000, lr=0.05, global_lr=0.001, no_dml=None)
+    algo.setup(fed)
+    client = next(c for c in fed.clients if c.arch == "cnn_4_8")
+    global_copy = copy.deepcopy(fed.server[GLOBAL])
+    local_start, copy_start = copy.deepcopy(client.model), copy.deepcopy(global_copy)
+    generator_state = fed.rng.data_order.get_state()
+    algo._mutual_learning(client, global_copy, fed, cpu())
+    fed.rng.data_order.set_state(generator_state)  # the same single batch, by hand
+    batch = ClientBatches(fed.data.train_x, fed.data.train_y, client.train_idx, 1000, fed.rng.data_order)
+    (x, y), = list(batch)
+    z_local, z_copy = local_start(x), copy_start(x)
+    ce = torch.nn.functional.cross_entropy
+    loss_local = ce(z_local, y) + kl_divergence(z_copy.detach(), z_local)
+    loss_copy = ce(z_copy, y) + kl_divergence(z_local.detach(), z_copy)
+    (loss_local + loss_copy).backward()
+    for model, trained, lr in ((local_start, client.model, 0.05), (copy_start, global_copy, 0.001)):
+        for (name, p), q in zip(model.named_parameters(), trained.parameters()):
+            assert torch.allclose(p.detach() - lr * p.grad, q.detach(), atol=1e-6), name  # first SGD step
+
+
+def test_server_distillation_runs_one_noise_batch_per_server_epoch_by_default() -> None:
+    """Algorithm 1, server side: for each epoch r_s = 1..T_s, sample A batch of noise (T_s = 5)."""
+    fed = _fed()
+    algo = FedORION(local_epochs=1, noise_batch_size=16)
+    assert algo.server_epochs == 5 and algo.noise_steps == 1
+    algo.setup(fed)
+    counted = []
+    runner = cpu()
+    original = runner.fit
+
+    def counting_fit(step, batches):  # noqa: ANN001, ANN202
+        if type(step).__name__ == "NoiseDistillation":
+            counted.append(len(batches))
+        return original(step, batches)
+
+    runner.fit = counting_fit
+    algo.run_round(1, fed, runner, CommunicationLedger())
+    assert counted == [5]
+    assert FedORION(noise_steps=4).noise_steps == 4  # still a key

@@ -6,7 +6,8 @@ WRN40 role of the paper). Each round:
 
 1. ``round(client_fraction * N)`` clients are drawn (``federation.rng.selection``) and receive the global model.
 2. Client side (sec. 3.1, Eq. 1-2): deep mutual learning between the client's local model ``theta_i`` and its
-   copy ``theta_gi`` of the global model on its data, ``local_epochs`` epochs. :class:`DeepMutualLearning`'s
+   copy ``theta_gi`` of the global model on its data, ``local_epochs`` epochs; ``theta_i`` steps at ``eta_i``
+   (``lr``) and ``theta_gi`` at ``eta_g`` (``global_lr``), the two rates of Algorithm 1's client side. :class:`DeepMutualLearning`'s
    ``CE + KL(p_peer || p_own)`` with the peer detached has exactly the gradient of Eq. 1-2's
    ``CE + CE(p_peer, p_own)`` (they differ by the peer's entropy, a constant for the model trained), so it is
    used as is. Clients in ``no_dml`` (selective DML, sec. 3.2.1) have the global architecture: the received
@@ -16,14 +17,15 @@ WRN40 role of the paper). Each round:
 4. Aggregation: ``theta_g`` = average of the received copies (Algorithm 1: ``1/C sum_i theta_gi``; option
    ``aggregation="samples"`` weights by sample count as FedAvg).
 5. Proxyless distillation (sec. 3.3, Eq. 3): ``server_epochs`` (T_s) epochs of ``noise_steps`` batches of
-   ``z ~ N(0, I)`` (``noise_batch_size`` = 128), the received local models as teachers with BatchNorm on the
+   ``z ~ N(0, I)`` (``noise_batch_size`` = 128; Algorithm 1: "for each epoch r_s = 1..T_s: sample a batch of
+   noise", so ``noise_steps`` = 1), the received local models as teachers with BatchNorm on the
    current batch statistics, weighted by sample count, SGD lr 0.001 momentum 0.9 (:class:`NoiseDistillation`).
 
 The clients' (local) models are reported as ``global_acc`` / ``local_acc``; the global model as
 ``server_acc/global``. Traffic: server -> client transfers are ledger ``give_back(-1, client)``, client -> server
 ``send(client, -1)``.
 
-Paper defaults taken here: CE loss, client lr 0.01 / server lr 0.001, SGD momentum 0.9 without weight decay
+Paper defaults taken here: CE loss, client lr 0.01 (eta_i) / global-copy and server lr 0.001 (eta_g, sec. 4.1), SGD momentum 0.9 without weight decay
 (the paper names none), client batch 32, 10 local epochs, T_s = 5, 30% of the clients per round (sec. 4.2.1).
 """
 
@@ -65,9 +67,12 @@ class FedORION(Algorithm):
     no_dml: client ids that skip DML (selective DML; they must have the global architecture), or
         ``global_arch`` for every client of the global architecture (the paper's rule); None = all do DML.
     server_epochs: T_s, epochs of noise distillation per round (paper: 5; 0 = no distillation, ablation).
-    noise_steps: noise batches per server epoch (SPEC: 50).
+    noise_steps: noise batches per server epoch (Algorithm 1: one batch per epoch r_s).
     noise_batch_size: noise samples per batch (paper: 128).
     server_lr / server_momentum / server_weight_decay: the server's SGD (paper: 0.001, 0.9, none).
+    global_lr: eta_g, the rate at which a client trains its copy of the global model (Algorithm 1, client
+        side: "theta_gi = theta_gi - eta_g grad L_GMi"; sec. 4.1: 0.001). The local model uses ``lr`` (eta_i).
+        No-DML clients train their one model (the received global model) at ``lr``.
     bn_stats: the teachers' BatchNorm on the ``current`` noise batch statistics (paper) or ``running``.
     student_running_stats: ``keep`` the global model's BatchNorm running statistics (averaged from the
         clients' copies, i.e. real data) during distillation, or ``update`` them on noise.
@@ -85,11 +90,12 @@ class FedORION(Algorithm):
         client_fraction: float = 0.3,
         no_dml: list[int] | Literal["global_arch"] | None = None,
         server_epochs: int = 5,
-        noise_steps: int = 50,
+        noise_steps: int = 1,
         noise_batch_size: int = 128,
         server_lr: float = 0.001,
         server_momentum: float = 0.9,
         server_weight_decay: float = 0.0,
+        global_lr: float = 0.001,
         bn_stats: BNStats = "current",
         student_running_stats: StudentRunningStats = "keep",
         aggregation: Literal["uniform", "samples"] = "uniform",
@@ -131,6 +137,8 @@ class FedORION(Algorithm):
             )
         if server_lr <= 0:
             raise ValueError(f"algorithm.server_lr must be > 0, got {server_lr}")
+        if global_lr <= 0:
+            raise ValueError(f"algorithm.global_lr must be > 0, got {global_lr}")
         if not 0 <= server_momentum < 1:
             raise ValueError(f"algorithm.server_momentum must be in [0, 1), got {server_momentum}")
         if server_weight_decay < 0:
@@ -146,6 +154,7 @@ class FedORION(Algorithm):
         self.server_epochs = server_epochs
         self.noise_steps = noise_steps
         self.noise_batch_size = noise_batch_size
+        self.global_optimizer = SGDConfig(lr=global_lr, momentum=momentum, weight_decay=weight_decay)
         self.server_optimizer = SGDConfig(lr=server_lr, momentum=server_momentum, weight_decay=server_weight_decay)
         self.bn_stats: BNStats = bn_stats
         self.student_running_stats: StudentRunningStats = student_running_stats
@@ -265,6 +274,7 @@ class FedORION(Algorithm):
             loss=self.loss,
             kl_weight=self.kl_weight,
             optimizer=self.optimizer,
+            model_optimizers=[None, self.global_optimizer],  # theta_i at eta_i, theta_gi at eta_g
         )
         runner.fit(step, self.batches(federation, client.train_idx, self.local_epochs))
         client.touch()

@@ -37,6 +37,10 @@ class DeepMutualLearning(PeerLearningStep):
         trainable: ``(a, b)``; a model flagged False is a fixed teacher: its logits are computed without
             gradient, its loss is not added and the optimizer does not hold its parameters.
         optimizer: SGD settings (a fresh optimizer per phase).
+        loss_weights: ``(supervised, kl)`` weight per model; default ``(1, kl_weight)`` for both. FML (Shen et
+            al.) uses ``(alpha, 1 - alpha)`` for the local model and ``(beta, 1 - beta)`` for the meme.
+        model_optimizers: SGD settings per model (None = ``optimizer``); FedORION trains the global copy at
+            ``eta_g`` and the local model at ``eta_i`` (its Algorithm 1).
     """
 
     def __init__(
@@ -49,15 +53,21 @@ class DeepMutualLearning(PeerLearningStep):
         temperature: float = 1.0,
         trainable: Sequence[bool] = (True, True),
         optimizer: SGDConfig | None = None,
+        loss_weights: Sequence[tuple[float, float]] | None = None,
+        model_optimizers: Sequence[SGDConfig | None] | None = None,
     ) -> None:
         if kl_weight < 0:
             raise ValueError(f"kl_weight must be >= 0, got {kl_weight}")
+        weights = [(1.0, kl_weight)] * 2 if loss_weights is None else [(float(a), float(b)) for a, b in loss_weights]
+        if len(weights) != 2 or any(a < 0 or b < 0 for a, b in weights):
+            raise ValueError(f"loss_weights must give two (supervised, kl) pairs >= 0, got {loss_weights}")
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
         if len(trainable) != 2 or not any(trainable):
             raise ValueError(f"trainable must give two flags, at least one True; got {tuple(trainable)}")
-        super().__init__([model_a, model_b], class_proportions, trainable, loss, optimizer)
+        super().__init__([model_a, model_b], class_proportions, trainable, loss, optimizer, model_optimizers)
         self.kl_weight = float(kl_weight)
+        self.loss_weights = weights
         self.temperature = float(temperature)
 
     @property
@@ -69,9 +79,12 @@ class DeepMutualLearning(PeerLearningStep):
         return self.models[1]
 
     def model_loss(self, logits: Sequence[Tensor], y: Tensor, n: int) -> Tensor:
-        """Def-KT Eq. 5 (``n = 0``) or Eq. 6 (``n = 1``) given both models' logits on the batch."""
+        """Def-KT Eq. 5 (``n = 0``) or Eq. 6 (``n = 1``) given both models' logits on the batch:
+        ``w_sup * sup(z_n, y) + w_kl * KL(p_peer || p_n)`` with ``(w_sup, w_kl) = loss_weights[n]``."""
+        w_sup, w_kl = self.loss_weights[n]
         supervised = self.loss_fn(logits[n], y, self.class_proportions)
-        if self.kl_weight == 0.0:
-            return supervised
+        if w_kl == 0.0:
+            return w_sup * supervised
         peer = logits[1 - n].detach()
-        return supervised + self.kl_weight * kl_divergence(peer, logits[n], self.temperature)
+        distill = kl_divergence(peer, logits[n], self.temperature)
+        return (supervised if w_sup == 1.0 else w_sup * supervised) + w_kl * distill

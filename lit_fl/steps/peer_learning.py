@@ -21,7 +21,8 @@ from lit_fl.steps.optim import SGDConfig
 
 
 class PeerLearningStep(L.LightningModule):
-    """Subclasses define :meth:`model_loss`; ``trainable[n] = False`` makes model ``n`` a fixed teacher."""
+    """Subclasses define :meth:`model_loss`; ``trainable[n] = False`` makes model ``n`` a fixed teacher;
+    ``model_optimizers[n]`` gives model ``n`` SGD settings of its own (default: ``optimizer``)."""
 
     def __init__(
         self,
@@ -30,6 +31,7 @@ class PeerLearningStep(L.LightningModule):
         trainable: Sequence[bool] | None = None,
         loss: SupervisedLoss = "wsm",
         optimizer: SGDConfig | None = None,
+        model_optimizers: Sequence[SGDConfig | None] | None = None,
     ) -> None:
         super().__init__()
         if loss not in LOSSES:
@@ -39,6 +41,10 @@ class PeerLearningStep(L.LightningModule):
         self.trainable = [bool(t) for t in trainable] if trainable is not None else [True] * len(models)
         self.loss_fn = LOSSES[loss]
         self.optimizer_config = optimizer or SGDConfig()
+        if model_optimizers is not None and len(model_optimizers) != len(models):
+            raise ValueError(f"model_optimizers must give one entry per model, got {len(model_optimizers)}")
+        #: per model: its own SGD settings (e.g. FedORION's eta_g for the global copy), None = ``optimizer``
+        self.model_optimizers = list(model_optimizers) if model_optimizers is not None else [None] * len(models)
         self.loss_sum = torch.zeros(())
         self.num_batches = 0
 
@@ -64,8 +70,17 @@ class PeerLearningStep(L.LightningModule):
         return frozen_teacher_logits(model, x)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        params = [p for m, t in zip(self.models, self.trainable) if t for p in m.parameters()]
-        return self.optimizer_config.build(params)
+        """One SGD over the trainable models, a parameter group per model with its own settings."""
+        if all(o is None for o in self.model_optimizers):
+            params = [p for m, t in zip(self.models, self.trainable) if t for p in m.parameters()]
+            return self.optimizer_config.build(params)
+        groups = []
+        for model, trainable, own in zip(self.models, self.trainable, self.model_optimizers):
+            if trainable:
+                config = own or self.optimizer_config
+                groups.append({"params": list(model.parameters()), "lr": config.lr, "momentum": config.momentum,
+                               "weight_decay": config.weight_decay})
+        return torch.optim.SGD(groups, lr=self.optimizer_config.lr)
 
 
 def frozen_teacher_logits(model: nn.Module, x: Tensor) -> Tensor:
