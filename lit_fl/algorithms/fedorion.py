@@ -1,32 +1,33 @@
 """FedORION: aggregation-assisted proxyless distillation (papers/fedorion.txt, Algorithm 1; SPEC "FedORION").
 
 Server based. The server holds one global model (``federation.server["global"]``, evaluated as
-``server_acc/global``; default architecture: the smallest of the federation's pool by parameter count, the
-WRN40 role of the paper). Each round:
+``server_acc/global``; default architecture: the smallest of the federation's pool by parameter count, the WRN40
+role of the paper). Each round:
 
 1. ``round(client_fraction * N)`` clients are drawn (``federation.rng.selection``) and receive the global model.
-2. Client side (sec. 3.1, Eq. 1-2): deep mutual learning between the client's local model ``theta_i`` and its
-   copy ``theta_gi`` of the global model on its data, ``local_epochs`` epochs; ``theta_i`` steps at ``eta_i``
-   (``lr``) and ``theta_gi`` at ``eta_g`` (``global_lr``), the two rates of Algorithm 1's client side. :class:`DeepMutualLearning`'s
-   ``CE + KL(p_peer || p_own)`` with the peer detached has exactly the gradient of Eq. 1-2's
-   ``CE + CE(p_peer, p_own)`` (they differ by the peer's entropy, a constant for the model trained), so it is
-   used as is. Clients in ``no_dml`` (selective DML, sec. 3.2.1) have the global architecture: the received
-   global model becomes their local model and they train only it (CE), so that model is their "copy".
-3. Clients send back their copy of the global model and their local model (the teacher of step 5); no-DML
-   clients send their one model.
+2. Client side (sec. 3.1, Eq. 1-2): deep mutual learning between the client's local model ``theta_i`` and its copy
+   ``theta_gi`` of the global model on its data, ``local_epochs`` epochs; ``theta_i`` steps at ``eta_i`` (``lr``)
+   and ``theta_gi`` at ``eta_g`` (``global_lr``), the two rates of Algorithm 1's client side.
+   :class:`DeepMutualLearning`'s ``CE + KL(p_peer || p_own)`` with the peer detached has exactly the gradient of Eq.
+   1-2's ``CE + CE(p_peer, p_own)`` (they differ by the peer's entropy, a constant for the model trained), so it is
+   used as is. Clients in ``no_dml`` (selective DML, sec. 3.2.1) have the global architecture: the received global
+   model becomes their local model and they train only it (CE), so that model is their "copy".
+3. Clients send back their copy of the global model and their local model (the teacher of step 5); no-DML clients
+   send their one model.
 4. Aggregation: ``theta_g`` = average of the received copies (Algorithm 1: ``1/C sum_i theta_gi``; option
    ``aggregation="samples"`` weights by sample count as FedAvg).
-5. Proxyless distillation (sec. 3.3, Eq. 3): ``server_epochs`` (T_s) epochs of ``noise_steps`` batches of
-   ``z ~ N(0, I)`` (``noise_batch_size`` = 128; Algorithm 1: "for each epoch r_s = 1..T_s: sample a batch of
-   noise", so ``noise_steps`` = 1), the received local models as teachers with BatchNorm on the
-   current batch statistics, weighted by sample count, SGD lr 0.001 momentum 0.9 (:class:`NoiseDistillation`).
+5. Proxyless distillation (sec. 3.3, Eq. 3): ``server_epochs`` (T_s) epochs of ``noise_steps`` batches of ``z ~ N(0,
+   I)`` (``noise_batch_size`` = 128; Algorithm 1: "for each epoch r_s = 1..T_s: sample a batch of noise", so
+   ``noise_steps`` = 1), the received local models as teachers with BatchNorm on the current batch statistics,
+   weighted by sample count, SGD lr 0.001 momentum 0.9 (:class:`NoiseDistillation`).
 
 The clients' (local) models are reported as ``global_acc`` / ``local_acc``; the global model as
 ``server_acc/global``. Traffic: server -> client transfers are ledger ``give_back(-1, client)``, client -> server
 ``send(client, -1)``.
 
-Paper defaults taken here: CE loss, client lr 0.01 (eta_i) / global-copy and server lr 0.001 (eta_g, sec. 4.1), SGD momentum 0.9 without weight decay
-(the paper names none), client batch 32, 10 local epochs, T_s = 5, 30% of the clients per round (sec. 4.2.1).
+Paper defaults taken here: CE loss, client lr 0.01 (eta_i) / global-copy and server lr 0.001 (eta_g, sec. 4.1), SGD
+momentum 0.9 without weight decay (the paper names none), client batch 32, 10 local epochs, T_s = 5, 30% of the
+clients per round (sec. 4.2.1).
 """
 
 from __future__ import annotations
