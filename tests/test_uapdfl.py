@@ -222,8 +222,9 @@ def test_learning_rate_decays_per_round() -> None:
 
     for round_ in (1, 2, 3):
         result = algo.run_round(round_, fed, SpyRunner(), CommunicationLedger())
-        assert result.extra["lr"] == pytest.approx(0.05 * 0.95**round_)
-    assert used == pytest.approx([0.05 * 0.95**r for r in (1, 2, 3) for _ in range(4)])
+        assert result.extra["lr"] == pytest.approx(0.05 * 0.95 ** (round_ - 1))
+    assert used == pytest.approx([lr for lr in (0.05, 0.0475, 0.045125) for _ in range(4)])  # 0.05 * 0.95^(r - 1)
+    assert used[0] == 0.05  # round 1 trains at the paper's initial learning rate
     assert algo.optimizer.momentum == 0.5 and algo.batch_size == 50 and algo.loss == "ce"
 
 

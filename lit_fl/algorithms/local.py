@@ -23,7 +23,9 @@ class Local(Algorithm):
 
     Args:
         lr_decay: per-round decay of the learning rate: round ``r`` (counted from 1) trains with
-            ``lr * lr_decay ** r`` (SPEC: ``0.05 * 0.95^round``); 1 keeps it constant.
+            ``lr * lr_decay ** (r - 1)``, so round 1 trains at the paper's "initial learning rate 0.05"
+            (UA-PDFL sec. 4.1: initial lr 0.05, decay 0.95; SPEC: ``0.05 * 0.95^(round - 1)``); 1 keeps it
+            constant.
         local_epochs: E, epochs over the client's train split per round (UA-PDFL: 1).
         loss: ``ce`` (UA-PDFL) or ``wsm``.
         lr: initial learning rate (UA-PDFL: 0.05).
@@ -55,8 +57,8 @@ class Local(Algorithm):
         self.lr_decay = float(lr_decay)
 
     def round_lr(self, round_: int) -> float:
-        """The learning rate of round ``round_``: ``lr * lr_decay ** round_``."""
-        return self.optimizer.lr * self.lr_decay**round_
+        """The learning rate of round ``round_`` (from 1): ``lr * lr_decay ** (round_ - 1)``."""
+        return self.optimizer.lr * self.lr_decay ** (round_ - 1)
 
     def round_optimizer(self, round_: int) -> SGDConfig:
         """The (fresh) optimizer settings of every local phase of round ``round_``."""
