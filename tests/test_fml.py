@@ -77,3 +77,30 @@ def test_both_model_kinds_are_evaluated() -> None:
     algo.setup(fed)
     metrics = Evaluator().evaluate(fed)
     assert {"global_acc", "global_acc_meme", "local_acc_meme"} <= set(metrics)
+
+
+def test_fml_loss_weights_follow_shen_et_al() -> None:
+    """FML: L_local = alpha CE + (1 - alpha) KL(p_meme || p_local), L_meme = beta CE + (1 - beta) KL(p_local ||
+    p_meme), alpha = beta = 0.5 by default. One SGD step on one batch, checked by hand."""
+    from lit_fl.data.batches import ClientBatches
+    from lit_fl.losses import kl_divergence
+
+    fed = _federation()
+    algo = DecentralizedFML(batch_size=1000, lr=0.1, momentum=0.0, weight_decay=0.0, loss="ce")
+    assert (algo.fml_alpha, algo.fml_beta) == (0.5, 0.5)
+    algo = DecentralizedFML(batch_size=1000, lr=0.1, momentum=0.0, weight_decay=0.0, loss="ce", fml_beta=0.3)
+    algo.setup(fed)
+    client = fed.clients[0]
+    local, meme = copy.deepcopy(client.model), copy.deepcopy(client.extras[MEME])
+    state = fed.rng.data_order.get_state()
+    algo.mutual_learning(client, fed, StepRunner("cpu"))
+    fed.rng.data_order.set_state(state)
+    (x, y), = list(ClientBatches(fed.data.train_x, fed.data.train_y, client.train_idx, 1000, fed.rng.data_order))
+    z_local, z_meme = local(x), meme(x)
+    ce = torch.nn.functional.cross_entropy
+    loss_local = 0.5 * ce(z_local, y) + 0.5 * kl_divergence(z_meme.detach(), z_local)
+    loss_meme = 0.3 * ce(z_meme, y) + 0.7 * kl_divergence(z_local.detach(), z_meme)
+    (loss_local + loss_meme).backward()
+    for start, trained in ((local, client.model), (meme, client.extras[MEME])):
+        for (name, p), q in zip(start.named_parameters(), trained.parameters()):
+            assert torch.allclose(p.detach() - 0.1 * p.grad, q.detach(), atol=1e-6), name

@@ -2,7 +2,9 @@
 
 Every client holds its heterogeneous model and a homogeneous "meme" model (one architecture for all, by
 default the median of the pool by parameter count: ``cnn_32_64`` for the H2 CNN pool, as in A.4.11).
-Each round the participants run deep mutual learning between the two on their own data; the memes go to
+Each round the participants run deep mutual learning between the two on their own data, with FML's
+loss weights (``fml_alpha * CE + (1 - fml_alpha) * KL`` for the local model, ``fml_beta`` likewise for the
+meme); the memes go to
 the aggregator, are averaged by sample count (Eq. 5) and sent back. Heterogeneous models never leave their
 client. Global accuracy is reported for both kinds: ``global_acc`` (heterogeneous) and ``global_acc_meme``.
 """
@@ -31,14 +33,28 @@ class DecentralizedFML(DecentralizedAlgorithm):
     meme_arch: architecture of the homogeneous meme models; None = the median architecture of the
         federation's pool by parameter count.
     mutual_epochs: epochs of deep mutual learning between the two models of a participant (1).
+    fml_alpha: FML's (Shen et al. 2020) weight of the local model's supervised loss:
+        ``L_local = alpha * CE + (1 - alpha) * KL(p_meme || p_local)``; FML's default 0.5.
+    fml_beta: the same for the meme: ``L_meme = beta * CE + (1 - beta) * KL(p_local || p_meme)``; FML's 0.5.
     """
 
-    def __init__(self, meme_arch: str | None = None, mutual_epochs: int = 1, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        meme_arch: str | None = None,
+        mutual_epochs: int = 1,
+        fml_alpha: float = 0.5,
+        fml_beta: float = 0.5,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         if mutual_epochs < 1:
             raise ValueError(f"algorithm.mutual_epochs must be >= 1, got {mutual_epochs}")
+        for key, value in (("fml_alpha", fml_alpha), ("fml_beta", fml_beta)):
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"algorithm.{key} must be in [0, 1], got {value}")
         self.meme_arch = meme_arch
         self.mutual_epochs = mutual_epochs
+        self.fml_alpha, self.fml_beta = float(fml_alpha), float(fml_beta)
 
     def setup(self, federation: Federation) -> None:
         """Give every client the same initial meme model (once; a resumed run loads them afterwards)."""
@@ -84,7 +100,12 @@ class DecentralizedFML(DecentralizedAlgorithm):
         if client.num_train == 0:
             return float("nan")
         step = DeepMutualLearning(
-            client.model, client.extras[MEME], client.class_proportions, loss=self.loss, optimizer=self.optimizer
+            client.model,
+            client.extras[MEME],
+            client.class_proportions,
+            loss=self.loss,
+            optimizer=self.optimizer,
+            loss_weights=[(self.fml_alpha, 1.0 - self.fml_alpha), (self.fml_beta, 1.0 - self.fml_beta)],
         )
         runner.fit(step, self.batches(federation, client.train_idx, self.mutual_epochs))
         client.touch()
