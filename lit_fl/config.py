@@ -74,9 +74,15 @@ class ModelsConfig:
         pool: a pool of DFML Table 10 (h0_cnn, h1_cnn, h1_resnet, h1_vit, h2_cnn, h2_efficientnet,
             high_heterogeneity) or a list of architecture names such as ``[cnn_32_64, resnet18_16_32_64_128,
             vit_128_128, efficientnet_b0, timm:resnet18]``; spread evenly over the clients.
+        same_init: every client of an architecture starts from the same initial weights (True) or from its
+            own random initialisation (False); None = what the method's paper says (``paper_same_init`` of
+            the algorithm: True for DFML and its baselines, Def-KT "all clients are initialized with the same
+            model", codistillation's FedAvg pools; False for FedORION, whose clients bring models of their
+            own, and UA-PDFL, where "each client C_i initializes its model parameters w_i^0").
     """
 
     pool: str | list[str] = "h2_cnn"
+    same_init: bool | None = None
 
     def __post_init__(self) -> None:
         from lit_fl.models import is_known, resolve_pool

@@ -114,6 +114,7 @@ class Experiment:
             self.seed,
             topology=self.topology,
             faults=self.faults,
+            same_init=self.algorithm.paper_same_init if self.models.same_init is None else self.models.same_init,
         )
         self.algorithm.setup(federation)
         return federation, runner

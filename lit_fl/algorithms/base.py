@@ -37,6 +37,9 @@ class Algorithm(ABC):
 
     #: Whether clients keep a peak model (then global accuracy is reported on peak models).
     uses_peak_models: bool = False
+    #: The default of ``models.same_init``: whether the method's paper starts every client of an architecture
+    #: from the same initial weights (DFML Algorithm 2, Def-KT "all clients are initialized with the same model").
+    paper_same_init: bool = True
 
     def __init__(
         self,

@@ -61,7 +61,10 @@ GLOBAL_ARCH = "global_arch"
 
 
 class FedORION(Algorithm):
-    """Args:
+    """Clients initialise their models independently (``paper_same_init = False``): FedORION "allows clients
+    and server to have a model of their choice" (sec. 1) and names no shared initialisation.
+
+    Args:
     global_arch: architecture of the global model; None = the smallest of the pool by parameter count.
     client_fraction: share of the clients selected each round, ``round(f * N)`` (at least 1). Paper: 0.3
         (sec. 4.2.1, 30 clients), 10 clients per round (Table 2, N = 30 and 100), 0.5 (CIFAR-100/TinyImageNet).
@@ -84,6 +87,8 @@ class FedORION(Algorithm):
     local_epochs, loss, lr, momentum, weight_decay, batch_size: the clients' training (paper: 10, ce, 0.01,
         0.9, 0, 32).
     """
+
+    paper_same_init = False
 
     def __init__(
         self,

@@ -67,6 +67,9 @@ class UAPDFL(FedPer):
             ``local_epochs`` 1, ``loss`` ce, ``weight_decay`` 0).
     """
 
+    #: "each client C_i initializes its model parameters w_i^0" (UA-PDFL sec. 3.5): one initialisation each.
+    paper_same_init = False
+
     def __init__(
         self,
         threshold: float = 0.1,

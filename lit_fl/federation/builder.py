@@ -23,12 +23,14 @@ def build_federation(
     channels_last: bool | None = None,
     topology: TopologyConfig | None = None,
     faults: FaultsConfig | None = None,
+    same_init: bool = True,
 ) -> Federation:
     """Clients over ``dataset`` (already on its target device).
 
-    Partition and train/validation split draw from one generator seeded by ``seed``; every architecture is
-    initialised once from a seed of its own and copied to all its clients (same init per architecture,
-    DFML Algorithm 2), so two algorithms with the same seed start from identical federations.
+    Partition and train/validation split draw from one generator seeded by ``seed``. With ``same_init`` every
+    architecture is initialised once from a seed of its own and copied to all its clients (same init per
+    architecture, DFML Algorithm 2), so two algorithms with the same seed start from identical federations;
+    without it every client draws its own initial weights from a seed of its own (``models.same_init``).
 
     ``channels_last=None`` puts images and models in the channels-last layout when every architecture is a
     CNN of the ``cnn_*`` family (20-50% faster convolutions on CPU, measured) and keeps the default layout
@@ -54,11 +56,12 @@ def build_federation(
     clients = []
     for n, (arch, split) in enumerate(zip(archs, splits)):
         train_idx = torch.from_numpy(split.train)
+        model = copy.deepcopy(initial[arch]) if same_init else _init_client_model(arch, dataset, seed, n)
         clients.append(
             Client(
                 id=n,
                 arch=arch,
-                model=copy.deepcopy(initial[arch]).to(device, memory_format=fmt),
+                model=model.to(device, memory_format=fmt),
                 train_idx=train_idx,
                 val_idx=torch.from_numpy(split.val),
                 class_proportions=class_proportions(dataset.train_y.cpu()[train_idx], dataset.num_classes),
@@ -83,4 +86,11 @@ def hold_out(num_samples: int, fraction: float, rng: np.random.Generator) -> tup
 def _init_model(arch: str, dataset: ImageDataset, seed: int, index: int) -> torch.nn.Module:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed * 1_000 + index)
+        return create_model(arch, dataset.input_shape, dataset.num_classes)
+
+
+def _init_client_model(arch: str, dataset: ImageDataset, seed: int, client: int) -> torch.nn.Module:
+    """Client ``client``'s own random initialisation (``models.same_init: false``)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(np.random.SeedSequence([seed, 7, client]).generate_state(1)[0]))
         return create_model(arch, dataset.input_shape, dataset.num_classes)

@@ -7,6 +7,10 @@ that the H0 model ``[32, 64]`` mirrors. Layer normalisation over ``(C, H, W)`` i
 channel for partial training. Flattening keeps the spatial layout, which made every H2 model learn
 MNIST within two epochs at lr 0.01, where a global average pool left ``[32, 64]`` at 84%
 (measured on mnist5k; see the issue note).
+
+Two choices the DFML paper leaves open (Table 10 names layers, not the head or the norm's exact form):
+the head is flatten + linear, which makes the classifier the largest layer and so changes Phi, the parameter
+count that weights every teacher in Eq. 3; and "layer norm" is ``GroupNorm(1, C)``.
 """
 
 from __future__ import annotations
