@@ -18,6 +18,7 @@ from jsonargparse import ActionConfigFile, ArgumentParser, Namespace
 
 from lit_fl.algorithms import __all__ as _algorithm_names
 from lit_fl.cli_errors import one_line
+from lit_fl.configs import resolve_config
 from lit_fl.data.torchvision_sets import DatasetNotFoundError
 from lit_fl.experiment import Experiment
 
@@ -52,7 +53,7 @@ def main(argv: Sequence[str]) -> int:
     """``lit-fl fit ARGV``: 0 completed or interrupted, 1 failed, 2 bad input, 130 aborted."""
     parser = fit_parser()
     try:
-        cfg = parser.parse_args(list(argv))
+        cfg = parser.parse_args(resolve_config_files(argv))
         summary = fit(cfg, parser)
         _print_summary(summary)
         return 0 if summary["status"] != "failed" else 1
@@ -62,6 +63,25 @@ def main(argv: Sequence[str]) -> int:
     except KeyboardInterrupt:
         print("lit-fl: aborted", file=sys.stderr)
         return 130
+
+
+def resolve_config_files(argv: Sequence[str]) -> list[str]:
+    """``--config NAME`` / ``--config=NAME`` and file values of whole sections (``--data=iid.yaml``) with every
+    name that is not an existing path resolved against the shipped configs (:func:`lit_fl.configs.resolve_config`)."""
+    out, args = [], list(argv)
+    for i, arg in enumerate(args):
+        if arg.startswith("--") and "=" in arg:
+            key, value = arg.split("=", 1)
+            if _is_file_key(key, value):
+                arg = f"{key}={resolve_config(value, key=key)}"
+        elif i > 0 and args[i - 1].startswith("--") and "=" not in args[i - 1] and _is_file_key(args[i - 1], arg):
+            arg = str(resolve_config(arg, key=args[i - 1]))
+        out.append(arg)
+    return out
+
+
+def _is_file_key(key: str, value: str) -> bool:
+    return key == "--config" or ("." not in key[2:] and value.endswith((".yaml", ".yml")))
 
 
 def config_keys() -> list[str]:
