@@ -124,6 +124,8 @@ class LoggerConfig:
         entity: W&B entity (team or user); None = your default.
         mode: auto (online when logged in, else offline), offline, online.
         progress: show the per-round progress bar.
+        group: W&B group; ``lit-fl sweep`` puts every run of a sweep in the group named after the sweep.
+        tags: extra W&B tags (the dataset, partition and pool are always added).
     """
 
     wandb: bool = True
@@ -131,3 +133,5 @@ class LoggerConfig:
     entity: str | None = None
     mode: Literal["auto", "offline", "online"] = "auto"
     progress: bool = True
+    group: str | None = None
+    tags: list[str] = field(default_factory=list)

@@ -189,8 +189,21 @@ class Experiment:
         if not self.logger.wandb:
             return None
         tracker = WandbTracker(self.logger.project, self.logger.mode, self.logger.entity)
-        tracker.start(run_path, run_path.name, config, run_id)
+        tracker.start(
+            run_path, run_path.name, config, run_id, group=self.logger.group, job_type=self.algorithm.name,
+            tags=self.wandb_tags(),
+        )
         return tracker
+
+    def wandb_tags(self) -> list[str]:
+        """The dataset, partition (with beta or zeta) and pool, then ``logger.tags``."""
+        partition = self.data.partition
+        if partition == "dirichlet":
+            partition = f"dirichlet-{self.data.beta:g}"
+        elif partition == "shards":
+            partition = f"shards-{self.data.zeta}"
+        pool = self.models.pool if isinstance(self.models.pool, str) else "+".join(self.models.pool)
+        return list(dict.fromkeys([self.data.dataset, partition, pool[:64], *self.logger.tags]))
 
 
 def _summary(

@@ -48,7 +48,10 @@ def test_offline_wandb_run_matches_run_directory(tmp_path: Path, monkeypatch: py
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     cfg = write_config(tmp_path / "cfg.yaml", tiny_config("DFML", rounds=ROUNDS, wandb=True))
 
-    result = run_cli("fit", "--config", cfg, "--run_dir", tmp_path / "runs", "--name", "wb")
+    result = run_cli(
+        "fit", "--config", cfg, "--run_dir", tmp_path / "runs", "--name", "wb",
+        "--logger.group=sweep-a", "--logger.tags=[extra]",
+    )
     assert result.rc == 0, result.err
 
     run = tmp_path / "runs" / "wb"
@@ -66,6 +69,13 @@ def test_offline_wandb_run_matches_run_directory(tmp_path: Path, monkeypatch: py
         for key in LOGGED:
             assert key in step, (key, sorted(step))
             assert step[key] == pytest.approx(row[key], rel=1e-5, abs=1e-5), key
+
+    # a sweep's runs share a group; the method is the job type; dataset, partition and pool are tags
+    assert record["run"]["group"] == "sweep-a"
+    assert record["run"]["job_type"] == "DFML"
+    assert record["run"]["tags"] == ["synthetic", "dirichlet-0.5", "+".join(TINY_POOL), "extra"]
+    assert ("*", "round") in record["metrics"]  # round is the step metric of every key
+    assert all("comm_mb" in step for step in history)  # curves against traffic in the W&B UI
 
     summary = json.loads((run / "summary.json").read_text())
     assert record["summary"]["status"] == "completed"

@@ -46,10 +46,11 @@ def read_payloads(path: str | Path) -> list[bytes]:
 
 
 def read_run(path: str | Path) -> dict[str, Any]:
-    """``{"history": [dict per logged step], "summary": {...}, "config": {...}}`` of an offline run file."""
+    """``{"history": [dict per logged step], "summary": {...}, "config": {...}, "run": {group, job_type, tags},
+    "metrics": [(name or glob, step_metric)]}`` of an offline run file."""
     from wandb.proto import wandb_internal_pb2 as pb
 
-    out: dict[str, Any] = {"history": [], "summary": {}, "config": {}}
+    out: dict[str, Any] = {"history": [], "summary": {}, "config": {}, "run": {}, "metrics": []}
     for payload in read_payloads(path):
         record = pb.Record()
         record.ParseFromString(payload)
@@ -62,6 +63,10 @@ def read_run(path: str | Path) -> dict[str, Any]:
             out["config"].update({i.key: json.loads(i.value_json) for i in record.config.update})
         elif kind == "run":
             out["config"].update({i.key: json.loads(i.value_json) for i in record.run.config.update})
+            run = record.run
+            out["run"] = {"group": run.run_group, "job_type": run.job_type, "tags": list(run.tags)}
+        elif kind == "metric":
+            out["metrics"].append((record.metric.name or record.metric.glob_name, record.metric.step_metric))
     return out
 
 

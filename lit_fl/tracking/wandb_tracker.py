@@ -40,7 +40,18 @@ class WandbTracker:
         self.project, self.mode, self.entity = project, mode, entity
         self.run: Any = None
 
-    def start(self, run_dir: Path, name: str, config: dict[str, Any], run_id: str | None = None) -> str:
+    def start(
+        self,
+        run_dir: Path,
+        name: str,
+        config: dict[str, Any],
+        run_id: str | None = None,
+        group: str | None = None,
+        job_type: str | None = None,
+        tags: list[str] | None = None,
+    ) -> str:
+        """Start (or, with ``run_id``, continue) the run. ``round`` is the step metric of every logged key, so
+        W&B charts use rounds on the x axis and any chart can switch to ``comm_mb`` (logged in every row)."""
         import wandb
 
         self.run = wandb.init(
@@ -51,13 +62,18 @@ class WandbTracker:
             resume="allow" if run_id else None,
             dir=str(run_dir),
             config=config,
+            group=group,
+            job_type=job_type,
+            tags=tags or None,
             mode=resolve_mode(self.mode),
             settings=wandb.Settings(console="off", silent=True),
         )
+        self.run.define_metric("round")
+        self.run.define_metric("*", step_metric="round")
         return self.run.id
 
     def log(self, metrics: dict[str, float], round_: int) -> None:
-        self.run.log(metrics, step=round_)
+        self.run.log({**metrics, "round": round_}, step=round_)
 
     def summarize(self, summary: dict[str, Any]) -> None:
         for key, value in _flatten(summary).items():
