@@ -67,7 +67,8 @@ def main(argv: Sequence[str]) -> int:
 
 def resolve_config_files(argv: Sequence[str]) -> list[str]:
     """``--config NAME`` / ``--config=NAME`` and file values of whole sections (``--data=iid.yaml``) with every
-    name that is not an existing path resolved against the shipped configs (:func:`lit_fl.configs.resolve_config`)."""
+    name that is not an existing path resolved against the shipped configs (:func:`lit_fl.configs.resolve_config`);
+    config files first (:func:`_configs_first`)."""
     out, args = [], list(argv)
     for i, arg in enumerate(args):
         if arg.startswith("--") and "=" in arg:
@@ -77,7 +78,25 @@ def resolve_config_files(argv: Sequence[str]) -> list[str]:
         elif i > 0 and args[i - 1].startswith("--") and "=" not in args[i - 1] and _is_file_key(args[i - 1], arg):
             arg = str(resolve_config(arg, key=args[i - 1]))
         out.append(arg)
-    return out
+    return _configs_first(out)
+
+
+def _configs_first(argv: list[str]) -> list[str]:
+    """``--config`` files apply before every other argument wherever they stand: the W&B agent passes a sweep's
+    parameters in its own order (``--algorithm.init_args.loss=ce --config=dfml.yaml``)."""
+    configs: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(argv):
+        if argv[i].startswith("--config="):
+            configs.append(argv[i])
+        elif argv[i] == "--config" and i + 1 < len(argv):
+            configs += argv[i : i + 2]
+            i += 1
+        else:
+            rest.append(argv[i])
+        i += 1
+    return configs + rest
 
 
 def _is_file_key(key: str, value: str) -> bool:

@@ -1,0 +1,97 @@
+"""Plan a local sweep: expand the sweep file into runs with their ``lit-fl fit`` command lines, check every
+command line with ``lit-fl fit``'s own parser before anything is written."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from lit_fl.errors import ConfigError
+from lit_fl.suite.engine import agent_args, expand
+from lit_fl.suite.manifest import Manifest, SweepRun
+from lit_fl.suite.paper import Paper, load_paper, paper_row
+from lit_fl.suite.sweep_file import SweepFile
+
+
+def plan_sweep(
+    sweep: SweepFile, sweep_dir: Path, overrides: list[str], count: int | None = None, seed: int = 0
+) -> Manifest:
+    """The manifest of a fresh sweep: one :class:`SweepRun` per expanded parameter set, every run writing its
+    run directory to ``sweep_dir/runs/NAME`` in the W&B group named after the sweep."""
+    runs = []
+    for i, params in enumerate(expand(sweep, count, seed)):
+        name = run_name(i, params)
+        command = [
+            "lit-fl",
+            "fit",
+            *agent_args(params),
+            *overrides,
+            f"--run_dir={sweep_dir / 'runs'}",
+            f"--name={name}",
+            f"--logger.group={sweep.name}",
+        ]
+        runs.append(SweepRun(name=name, params=params, command=command, run_dir=f"runs/{name}"))
+    return Manifest(sweep.name, sweep.method, sweep.metric, str(sweep.path), list(overrides), runs)
+
+
+def check_commands(manifest: Manifest) -> None:
+    """Parse every run's command line as ``lit-fl fit`` would; the first bad one is a :class:`ConfigError`
+    naming the run and the key."""
+    from lit_fl.cli_errors import one_line
+    from lit_fl.commands.fit import ALGORITHMS, config_keys, fit_parser, resolve_config_files
+
+    parser = fit_parser()
+    for run in manifest.runs:
+        try:
+            parser.parse_args(resolve_config_files(run.command[2:]))
+        except ConfigError as err:
+            raise ConfigError(f"sweep {manifest.file}: run {run.name}: {err}") from None
+        except Exception as err:  # jsonargparse reports bad keys and values as exceptions of its own
+            message = one_line(err, config_keys(), ALGORITHMS)
+            raise ConfigError(f"sweep {manifest.file}: run {run.name}: {message}") from None
+
+
+def check_paper(sweep: SweepFile, manifest: Manifest) -> Paper | None:
+    """The sweep's paper numbers, each row matching at least one run."""
+    if not sweep.paper_path.is_file():
+        return None
+    paper = load_paper(sweep.paper_path)
+    for i, row in enumerate(paper.rows, start=1):
+        if not any(paper_row(Paper(paper.source, paper.metric, [row]), run.params) for run in manifest.runs):
+            raise ConfigError(f"paper numbers {sweep.paper_path}: row {i} ({row.match}) matches no run of the sweep")
+    return paper
+
+
+def normalise_overrides(argv: list[str]) -> list[str]:
+    """``--rounds 5 --data.beta=0.1`` -> ``["--rounds=5", "--data.beta=0.1"]``."""
+    out, i = [], 0
+    while i < len(argv):
+        arg = argv[i]
+        if not arg.startswith("--"):
+            raise ConfigError(f"sweep: expected --key value overrides after the sweep file, got {arg!r}")
+        if "=" in arg:
+            out.append(arg)
+            i += 1
+        elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+            out.append(f"{arg}={argv[i + 1]}")
+            i += 2
+        else:
+            raise ConfigError(f"sweep: override {arg} needs a value")
+    return out
+
+
+def run_name(index: int, params: dict[str, Any]) -> str:
+    """``003-dfml-0.1-s2``: the run's index, then its parameter values in short (file stems, no paths)."""
+    parts = [f"s{value}" if key == "seed" else short_value(value) for key, value in params.items()]
+    slug = re.sub(r"[^A-Za-z0-9_.+-]+", "_", "-".join(parts)).strip("_")
+    return f"{index:03d}-{slug}"[:100]
+
+
+def short_value(value: Any) -> str:
+    """A parameter value in short: a config file by its stem, a section by its values (``dirichlet-0.1``)."""
+    if isinstance(value, dict):
+        return "-".join(short_value(v) for v in value.values())
+    if isinstance(value, str) and value.endswith((".yaml", ".yml")):
+        return Path(value).stem
+    return str(value)

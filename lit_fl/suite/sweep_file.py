@@ -1,0 +1,110 @@
+"""A W&B sweep file (``sweeps/NAME.yaml``), loaded and checked before anything runs.
+
+The file is a standard W&B sweep config, so ``wandb sweep sweeps/NAME.yaml`` takes it unchanged::
+
+    program: lit-fl
+    name: mnist5k_label_skew
+    method: grid                      # or random (lit-fl sweep --count N); bayes needs the W&B server
+    metric: {name: global_acc, goal: maximize}
+    parameters:                       # flat dotted keys of ``lit-fl fit``
+      config: {values: [experiments/mnist5k/dfml.yaml, experiments/mnist5k/fedavg.yaml]}
+      seed: {values: [0, 1, 2]}
+    command: [${env}, lit-fl, fit, ${args}]
+
+The paper's numbers for the configurations it reproduces live beside it in ``NAME.paper.yaml``
+(:mod:`lit_fl.suite.paper`).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from lit_fl.configs import resolve_config
+from lit_fl.errors import ConfigError
+
+COMMAND = ["${env}", "lit-fl", "fit", "${args}"]
+OFFLINE_METHODS = ("grid", "random")
+
+
+@dataclass(frozen=True)
+class SweepFile:
+    """One sweep file: its path, name and the W&B sweep config it holds."""
+
+    path: Path
+    config: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return str(self.config.get("name") or self.path.stem)
+
+    @property
+    def method(self) -> str:
+        return str(self.config["method"])
+
+    @property
+    def metric(self) -> dict[str, Any]:
+        return dict(self.config.get("metric") or {"name": "global_acc", "goal": "maximize"})
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        return dict(self.config["parameters"])
+
+    @property
+    def paper_path(self) -> Path:
+        """``NAME.paper.yaml`` beside the sweep file (it may not exist)."""
+        return self.path.with_name(self.path.name.removesuffix(".yaml") + ".paper.yaml")
+
+
+def load_sweep_file(name: str | Path) -> SweepFile:
+    """Read and check a sweep file (a path, or the name of a shipped sweep); one :class:`ConfigError` line
+    naming the file and the problem otherwise."""
+    path = resolve_config(name, kind="sweeps", key="sweep")
+    try:
+        config = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigError(f"sweep {path}:{where} malformed YAML: {problem}") from None
+    if not isinstance(config, dict):
+        raise ConfigError(f"sweep {path}: expected a mapping of W&B sweep keys, got {type(config).__name__}")
+    check_schema(path, config)
+    if config.get("program") != "lit-fl":
+        raise ConfigError(f"sweep {path}: program must be lit-fl, got {config.get('program')!r}")
+    command = config.get("command")
+    if command is not None and "${args}" not in command:
+        raise ConfigError(f"sweep {path}: command must pass ${{args}} to lit-fl fit, e.g. {COMMAND}")
+    return SweepFile(path, config)
+
+
+def check_schema(path: Path, config: dict[str, Any]) -> None:
+    """W&B's own schema check (the ``sweeps`` package, W&B's open-source sweep engine)."""
+    from jsonschema import ValidationError
+
+    from lit_fl.suite.engine import sweep_config
+
+    known = _schema_keys()
+    for key in config:
+        if key not in known:
+            raise ConfigError(f"sweep {path}: unknown key {key!r}; allowed: {', '.join(sorted(known))}")
+    try:
+        sweep_config(config)
+    except ValidationError as err:
+        where = ".".join(str(p) for p in err.absolute_path) or "top level"
+        raise ConfigError(f"sweep {path}: {where}: {err.message.splitlines()[0][:300]}") from None
+    except (ValueError, TypeError) as err:
+        raise ConfigError(f"sweep {path}: {str(err).splitlines()[0]}") from None
+
+
+def _schema_keys() -> set[str]:
+    """The top-level keys W&B's sweep schema knows."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from sweeps.config.schema import sweep_config_jsonschema
+
+    return set(sweep_config_jsonschema["properties"])
