@@ -18,6 +18,7 @@ def _atomic(path: Path, write: Any) -> None:
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the file the mode a plain open() would
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -32,3 +33,9 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 def atomic_torch_save(obj: Any, path: str | Path) -> None:
     """``torch.save`` through a temporary file and an atomic rename."""
     _atomic(Path(path), lambda handle: torch.save(obj, handle))
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

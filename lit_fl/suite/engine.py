@@ -5,6 +5,7 @@ arguments the agent builds for a run (W&B's own ``create_sweep_command_args``).
 
 from __future__ import annotations
 
+import random
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,8 +36,8 @@ def sweep_config(config: dict[str, Any]) -> dict[str, Any]:
 def expand(sweep: SweepFile, count: int | None = None, seed: int = 0) -> list[dict[str, Any]]:
     """Every run of ``sweep`` as flat ``{parameter: value}`` dicts, in the order W&B's engine proposes them.
 
-    Grid: the full product (``count`` may cap it). Random: ``count`` runs, drawn with numpy's global random
-    state seeded by ``seed`` so the expansion is reproducible offline. Bayes needs the W&B server.
+    Grid: the full product (``count`` may cap it). Random: ``count`` runs, drawn with Python's and numpy's random
+    states seeded by ``seed`` (and restored) so the expansion is reproducible offline. Bayes needs the W&B server.
     """
     if sweep.method not in OFFLINE_METHODS:
         raise ConfigError(
@@ -48,8 +49,9 @@ def expand(sweep: SweepFile, count: int | None = None, seed: int = 0) -> list[di
     with _quiet():
         from sweeps import RunState, next_run
 
-        state = np.random.get_state()
-        np.random.seed(seed)
+        states = np.random.get_state(), random.getstate()
+        np.random.seed(seed)  # the engine samples with Python's random (and numpy for some distributions)
+        random.seed(seed)
         try:
             runs: list[Any] = []
             while count is None or len(runs) < count:
@@ -59,7 +61,8 @@ def expand(sweep: SweepFile, count: int | None = None, seed: int = 0) -> list[di
                 run.state = RunState.finished
                 runs.append(run)
         finally:
-            np.random.set_state(state)
+            np.random.set_state(states[0])
+            random.setstate(states[1])
     return [{key: _plain(value["value"]) for key, value in run.config.items()} for run in runs]
 
 

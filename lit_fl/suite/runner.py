@@ -100,7 +100,8 @@ def run_sweep(
                 running[process] = (run, slot, time.monotonic())
                 run.status = "running"
                 manifest.save(sweep_dir)
-                report(f"[{done + len(running)}/{len(manifest.runs)}] {run.name}: {'resumed' if state == 'resumable' else 'started'}")
+                verb = "resumed" if state == "resumable" else "started"
+                report(f"[{done + len(running)}/{len(manifest.runs)}] {run.name}: {verb}")
             for process in [p for p in running if p.poll() is not None]:
                 run, slot, started = running.pop(process)
                 free.append(slot)

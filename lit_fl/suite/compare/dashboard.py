@@ -1,0 +1,92 @@
+"""The self-contained HTML dashboard: plotly figures with plotly.js inlined, so the file opens offline.
+
+Per metric two figures, against round and against cumulative MB: per configuration the mean over seeds as a
+line with a +- std band, and every seed as a thin line that the legend switches on (hover: run name, value).
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+import plotly.graph_objects as go
+from plotly.offline import get_plotlyjs
+
+from lit_fl.io import atomic_write_text
+from lit_fl.suite.compare.curves import X_AXES, curve, panels, title
+from lit_fl.suite.compare.results import Comparison
+
+PLOT_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2}}
+COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
+
+
+def figure(comparison: Comparison, metric: str, axis: str) -> go.Figure:
+    fig = go.Figure()
+    for i, group in enumerate(comparison.groups):
+        color = COLORS[i % len(COLORS)]
+        c = curve(group, metric)
+        if not c.rounds:
+            continue
+        x = c.x(axis)
+        upper = [m + s for m, s in zip(c.mean, c.std)]
+        lower = [m - s for m, s in zip(c.mean, c.std)]
+        fig.add_trace(go.Scatter(
+            x=x + x[::-1], y=upper + lower[::-1], mode="lines", fill="toself", fillcolor=_alpha(color, 0.15),
+            line={"width": 0},
+            hoverinfo="skip", showlegend=False, legendgroup=group.label, name=f"{group.label} ± std",
+        ))
+        fig.add_trace(go.Scatter(
+            x=x, y=c.mean, mode="lines+markers", name=f"{group.label} (mean of {len(group.runs)})",
+            line={"color": color, "width": 2.5}, marker={"size": 4}, legendgroup=group.label,
+            hovertemplate=f"{html.escape(group.label)} mean<br>{axis} %{{x:.4g}}<br>{metric} %{{y:.4f}}<extra></extra>",
+        ))
+        for run in group.runs:
+            points = [row for row in run.rows if row.get(metric) == row.get(metric)]  # evaluated, not NaN
+            fig.add_trace(go.Scatter(
+                x=[row["round"] if axis == "round" else row.get("comm_mb") for row in points],
+                y=[row[metric] for row in points], mode="lines", name=f"{run.name} (seed {run.seed})",
+                line={"color": color, "width": 1, "dash": "dot"}, legendgroup=group.label, visible="legendonly",
+                hovertemplate=f"{html.escape(run.name)}<br>{axis} %{{x:.4g}}<br>{metric} %{{y:.4f}}<extra></extra>",
+            ))
+    fig.update_layout(
+        title={"text": f"{title(metric)} vs {X_AXES[axis]}", "x": 0.01, "y": 0.98},
+        xaxis_title=X_AXES[axis], yaxis_title=metric,
+        template="plotly_white", height=420, margin={"l": 60, "r": 20, "t": 70, "b": 50},
+        legend={"font": {"size": 10}},
+    )
+    return fig
+
+
+def write_dashboard(comparison: Comparison, table_html: str, path: Path) -> list[str]:
+    """Write the dashboard; returns the ids of its figures (one div each)."""
+    divs, ids = [], []
+    for metric in panels(comparison):
+        for axis in X_AXES:
+            div_id = f"fig-{len(ids)}"
+            ids.append(div_id)
+            fig = figure(comparison, metric, axis)
+            divs.append(fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id, config=PLOT_CONFIG))
+    paper = ""
+    if comparison.paper is not None:
+        source, metric = html.escape(comparison.paper.source), html.escape(comparison.paper.metric)
+        paper = f"<p>Paper numbers: {source} ({metric}).</p>"
+    page = f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>lit-fl: {html.escape(comparison.title)}</title>
+<script type="text/javascript">{get_plotlyjs()}</script>
+<style>body{{font-family:system-ui,sans-serif;margin:24px;color:#222}} table{{border-collapse:collapse;font-size:13px}}
+td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}} td:first-child,th:first-child{{text-align:left}}
+.grid{{display:grid;grid-template-columns:repeat(auto-fill,minmax(560px,1fr));gap:12px}}</style></head>
+<body><h1>lit-fl: {html.escape(comparison.title)}</h1>
+<p>{len(comparison.groups)} configurations, {len(comparison.runs)} runs from {html.escape(str(comparison.source))}.
+Lines: mean over seeds, band: ± std; click a legend entry to show or hide a configuration's seeds.</p>
+{paper}{table_html}
+<div class="grid">{''.join(f'<div>{d}</div>' for d in divs)}</div>
+</body></html>
+"""
+    atomic_write_text(path, page)
+    return ids
+
+
+def _alpha(hex_color: str, alpha: float) -> str:
+    r, g, b = (int(hex_color[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r},{g},{b},{alpha})"

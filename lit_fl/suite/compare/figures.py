@@ -1,0 +1,44 @@
+"""The dashboard's figures as PNG (matplotlib), for papers: per metric, against round and against MB."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from lit_fl.suite.compare.curves import X_AXES, curve, panels, title
+from lit_fl.suite.compare.results import Comparison
+
+
+def write_figures(comparison: Comparison, folder: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for metric in panels(comparison):
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+        for ax, axis in zip(axes, X_AXES):
+            for i, group in enumerate(comparison.groups):
+                c = curve(group, metric)
+                if not c.rounds:
+                    continue
+                x = c.x(axis)
+                low = [m - s for m, s in zip(c.mean, c.std)]
+                high = [m + s for m, s in zip(c.mean, c.std)]
+                (line,) = ax.plot(x, c.mean, label=f"{group.label} (n={len(group.runs)})", color=f"C{i % 10}")
+                ax.fill_between(x, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
+            ax.set_xlabel(X_AXES[axis])
+            ax.grid(alpha=0.3)
+        axes[0].set_ylabel(metric)
+        axes[0].legend(fontsize=8)
+        fig.suptitle(title(metric))
+        fig.tight_layout()
+        path = folder / (re.sub(r"[^A-Za-z0-9_.-]+", "_", metric) + ".png")
+        tmp = path.with_name(f".{path.name}.tmp.png")
+        fig.savefig(tmp, dpi=120)
+        tmp.replace(path)
+        plt.close(fig)
+        written.append(path)
+    return written

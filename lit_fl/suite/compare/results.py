@@ -1,0 +1,155 @@
+"""Runs to compare, read from run directories or a sweep directory, grouped into configurations.
+
+A configuration is a run's sweep parameters without ``seed`` (a sweep directory) or, for plain run directories,
+the config keys in which the runs differ, again without ``seed``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from lit_fl.errors import ConfigError
+from lit_fl.suite.manifest import Manifest, is_sweep_dir
+from lit_fl.suite.paper import Paper, load_paper, paper_row
+from lit_fl.suite.plan import short_value
+from lit_fl.tracking import read_metrics
+
+#: config keys that never define a configuration
+IGNORED = ("seed", "name", "run_dir", "resume", "logger", "trainer", "checkpoint_every")
+
+
+@dataclass
+class RunResult:
+    """One run: its name, directory, parameters that define its configuration, seed and metric rows."""
+
+    name: str
+    path: Path
+    params: dict[str, Any]
+    seed: int
+    rows: list[dict[str, float]]
+
+    def column(self, key: str) -> list[float]:
+        return [row.get(key, math.nan) for row in self.rows]
+
+
+@dataclass
+class Group:
+    """The runs of one configuration (one per seed)."""
+
+    label: str
+    params: dict[str, Any]
+    runs: list[RunResult] = field(default_factory=list)
+
+
+@dataclass
+class Comparison:
+    title: str
+    groups: list[Group]
+    paper: Paper | None
+    metric: str
+    source: Path
+
+    @property
+    def runs(self) -> list[RunResult]:
+        return [run for group in self.groups for run in group.runs]
+
+
+def load_comparison(paths: list[Path], metric: str | None = None) -> Comparison:
+    """Everything to compare under ``paths`` (one sweep directory, or run directories); a :class:`ConfigError`
+    line when there is nothing to compare."""
+    if len(paths) == 1 and is_sweep_dir(paths[0]):
+        return _from_sweep(paths[0], metric)
+    runs_dirs = []
+    for path in paths:
+        if not path.exists():
+            raise ConfigError(f"compare: {path} does not exist")
+        found = [path] if (path / "metrics.csv").is_file() else sorted(p.parent for p in path.glob("*/metrics.csv"))
+        runs_dirs += found
+    runs = [_plain_run(p) for p in runs_dirs]
+    runs = [r for r in runs if r.rows]
+    if not runs:
+        raise ConfigError(f"compare: no runs with metrics in {', '.join(map(str, paths))}")
+    _keep_differing(runs)
+    return Comparison(
+        ", ".join(p.name for p in paths), _group(runs, None), None, metric or "global_acc", paths[0]
+    )
+
+
+def _from_sweep(sweep_dir: Path, metric: str | None) -> Comparison:
+    manifest = Manifest.load(sweep_dir)
+    paper = load_paper(sweep_dir / "paper.yaml") if (sweep_dir / "paper.yaml").is_file() else None
+    runs = []
+    for entry in manifest.runs:
+        path = sweep_dir / entry.run_dir
+        if (path / "metrics.csv").is_file():
+            rows = read_metrics(path / "metrics.csv")
+            if rows:
+                params = dict(entry.configuration)
+                runs.append(RunResult(entry.name, path, params, int(entry.params.get("seed", 0)), rows))
+    if not runs:
+        raise ConfigError(f"compare: no runs with metrics in {sweep_dir} (run the sweep first: lit-fl sweep ...)")
+    constant = {k for k in runs[0].params if all(r.params.get(k) == runs[0].params[k] for r in runs)}
+    name = metric or (paper.metric if paper else manifest.metric.get("name", "global_acc"))
+    return Comparison(manifest.sweep, _group(runs, paper, hide=constant), paper, name, sweep_dir)
+
+
+def _plain_run(path: Path) -> RunResult:
+    config = yaml.safe_load((path / "config.yaml").read_text()) if (path / "config.yaml").is_file() else {}
+    flat = {k: v for k, v in _flatten(config or {}).items() if k.split(".")[0] not in IGNORED}
+    return RunResult(path.name, path, flat, int((config or {}).get("seed", 0)), read_metrics(path / "metrics.csv"))
+
+
+def _keep_differing(runs: list[RunResult]) -> None:
+    keys = sorted({k for r in runs for k in r.params})
+    differing = [k for k in keys if len({json.dumps(r.params.get(k), sort_keys=True) for r in runs}) > 1]
+    for run in runs:
+        run.params = {k: run.params.get(k) for k in differing}
+
+
+def _group(runs: list[RunResult], paper: Paper | None, hide: set[str] = frozenset()) -> list[Group]:
+    groups: dict[str, Group] = {}
+    for run in runs:
+        key = json.dumps(run.params, sort_keys=True, default=str)
+        if key not in groups:
+            shown = {k: v for k, v in run.params.items() if k not in hide}
+            groups[key] = Group(label(shown) or run.name, dict(run.params))
+        groups[key].runs.append(run)
+    return list(groups.values())
+
+
+def label(params: dict[str, Any]) -> str:
+    """``dfml, dirichlet 0.1, alpha_max=0.8``: a configuration in short (config files by stem, sections by their
+    values, other keys by their last name)."""
+    parts = []
+    for key, value in params.items():
+        if isinstance(value, dict):
+            parts.append(" ".join(short_value(v) for v in value.values()))
+        elif key == "config" or (isinstance(value, str) and value.endswith((".yaml", ".yml"))):
+            parts.append(short_value(value))
+        elif isinstance(value, str) and value.startswith("lit_fl.algorithms."):
+            parts.append(value.rsplit(".", 1)[-1])
+        else:
+            parts.append(f"{key.split('.')[-1]}={short_value(value)}")
+    return ", ".join(parts)
+
+
+def paper_value_of(comparison: Comparison, group: Group) -> float | None:
+    row = paper_row(comparison.paper, group.params)
+    return None if row is None else row.value
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in d.items():
+        name = f"{prefix}{key}".replace(".init_args", "")
+        if isinstance(value, dict) and value and key != "options":
+            out.update(_flatten(value, f"{name}."))
+        else:
+            out[name] = value
+    return out

@@ -1,0 +1,156 @@
+"""The results table: per configuration, final and best accuracy (mean +- std over seeds), rounds and MB until
+a target accuracy is first reached (DFML Table 8 style), and the paper's number beside ours."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import statistics
+from dataclasses import dataclass
+
+from lit_fl.suite.compare.results import Comparison, Group, RunResult, paper_value_of
+
+
+@dataclass
+class Stat:
+    """Mean and sample std over seeds of the values that exist (NaN dropped)."""
+
+    values: list[float]
+
+    @property
+    def kept(self) -> list[float]:
+        return [v for v in self.values if not math.isnan(v)]
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.kept) if self.kept else math.nan
+
+    @property
+    def std(self) -> float:
+        return statistics.stdev(self.kept) if len(self.kept) > 1 else 0.0 if self.kept else math.nan
+
+    def percent(self) -> str:
+        return "-" if not self.kept else f"{100 * self.mean:.2f} ± {100 * self.std:.2f}"
+
+    def plain(self, digits: int = 1, style: str = "f") -> str:
+        return "-" if not self.kept else f"{self.mean:.{digits}{style}} ± {self.std:.{digits}{style}}"
+
+
+@dataclass
+class TableRow:
+    label: str
+    seeds: int
+    rounds: int
+    final: Stat
+    best: Stat
+    rounds_to_target: Stat
+    mb_to_target: Stat
+    reached: int
+    paper: float | None
+
+
+def first_reach(run: RunResult, metric: str, target: float) -> tuple[float, float]:
+    """``(round, comm_mb)`` of the first evaluated round at which ``metric >= target`` (NaN when never)."""
+    for row in run.rows:
+        if row.get(metric, math.nan) >= target:
+            return float(row["round"]), float(row.get("comm_mb", math.nan))
+    return math.nan, math.nan
+
+
+def table_rows(comparison: Comparison, target: float) -> list[TableRow]:
+    return [_row(comparison, group, target) for group in comparison.groups]
+
+
+def _row(comparison: Comparison, group: Group, target: float) -> TableRow:
+    metric = comparison.metric
+    finals = [run.rows[-1].get(metric, math.nan) for run in group.runs]
+    bests = [max((v for v in run.column(metric) if not math.isnan(v)), default=math.nan) for run in group.runs]
+    reach = [first_reach(run, metric, target) for run in group.runs]
+    return TableRow(
+        label=group.label,
+        seeds=len(group.runs),
+        rounds=max(int(run.rows[-1]["round"]) for run in group.runs),
+        final=Stat(finals),
+        best=Stat(bests),
+        rounds_to_target=Stat([r for r, _ in reach]),
+        mb_to_target=Stat([mb for _, mb in reach]),
+        reached=sum(not math.isnan(r) for r, _ in reach),
+        paper=paper_value_of(comparison, group),
+    )
+
+
+def header(comparison: Comparison, target: float) -> list[str]:
+    metric = comparison.metric
+    return [
+        "configuration", "seeds", "rounds", f"final {metric} (%)", f"best {metric} (%)",
+        f"rounds to {target:g}", f"MB to {target:g}", "paper (%)",
+    ]
+
+
+def _cells(row: TableRow) -> list[str]:
+    reached = "" if row.reached == row.seeds else f" ({row.reached}/{row.seeds} seeds)"
+    return [
+        row.label,
+        str(row.seeds),
+        str(row.rounds),
+        row.final.percent(),
+        row.best.percent(),
+        row.rounds_to_target.plain(1) + reached if row.reached else "not reached",
+        row.mb_to_target.plain(3, "g") + reached if row.reached else "not reached",
+        "-" if row.paper is None else f"{100 * row.paper:.2f}",
+    ]
+
+
+def to_markdown(comparison: Comparison, target: float) -> str:
+    head = header(comparison, target)
+    lines = ["| " + " | ".join(head) + " |", "| " + " | ".join("---" for _ in head) + " |"]
+    lines += ["| " + " | ".join(_cells(row)) + " |" for row in table_rows(comparison, target)]
+    return "\n".join(lines) + "\n"
+
+
+def to_csv(comparison: Comparison, target: float) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out)
+    metric = comparison.metric
+    writer.writerow([
+        "configuration", "seeds", "rounds", f"final_{metric}_mean", f"final_{metric}_std", f"best_{metric}_mean",
+        f"best_{metric}_std", "rounds_to_target_mean", "rounds_to_target_std", "mb_to_target_mean",
+        "mb_to_target_std", "seeds_reaching_target", "target", "paper",
+    ])
+    for row in table_rows(comparison, target):
+        writer.writerow([
+            row.label, row.seeds, row.rounds, _num(row.final.mean), _num(row.final.std), _num(row.best.mean),
+            _num(row.best.std), _num(row.rounds_to_target.mean), _num(row.rounds_to_target.std),
+            _num(row.mb_to_target.mean), _num(row.mb_to_target.std), row.reached, target,
+            "" if row.paper is None else row.paper,
+        ])
+    return out.getvalue()
+
+
+def to_latex(comparison: Comparison, target: float) -> str:
+    head = header(comparison, target)
+    lines = [r"\begin{tabular}{l" + "r" * (len(head) - 1) + "}", r"\toprule", " & ".join(map(_tex, head)) + r" \\"]
+    lines.append(r"\midrule")
+    lines += [" & ".join(map(_tex, _cells(row))) + r" \\" for row in table_rows(comparison, target)]
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    return "\n".join(lines) + "\n"
+
+
+def _tex(text: str) -> str:
+    return text.replace("\\", r"\textbackslash{}").replace("_", r"\_").replace("%", r"\%").replace("±", r"$\pm$")
+
+
+def _num(value: float) -> str:
+    return "" if math.isnan(value) else f"{value:.6g}"
+
+
+def to_html(comparison: Comparison, target: float) -> str:
+    import html
+
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header(comparison, target))
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in _cells(row)) + "</tr>"
+        for row in table_rows(comparison, target)
+    )
+    return f'<table id="results"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'

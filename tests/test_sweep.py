@@ -1,0 +1,230 @@
+"""``lit-fl sweep``: shipped sweep files are valid W&B sweeps, the W&B agent's command lines are accepted by
+``lit-fl fit``, bad sweep files are one line, and a stopped sweep completes with no run repeated or lost."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import run_cli, snapshot, tiny_config, write_config
+
+from lit_fl.configs import ROOT
+from lit_fl.tracking import read_metrics
+
+SWEEPS = sorted((ROOT / "sweeps").glob("*.yaml"))
+SWEEP_FILES = [p for p in SWEEPS if not p.name.endswith(".paper.yaml")]
+
+
+def _grid_size(path: Path) -> int:
+    """Runs of a grid sweep, counted from the file itself: the product of the value lists."""
+    params = yaml.safe_load(path.read_text())["parameters"]
+    return math.prod(len(p["values"]) if "values" in p else 1 for p in params.values())
+
+
+def test_the_shipped_sweeps_are_there() -> None:
+    names = {p.stem for p in SWEEP_FILES}
+    assert {"mnist5k_label_skew", "mnist5k_baselines", "mnist5k_dfml_ablations"} <= names
+    for table in ("dfml_table3", "dfml_table4_cnn", "dfml_table4_resnet", "dfml_table4_vit", "dfml_table5",
+                  "dfml_table6", "dfml_table9", "dfml_table11", "dfml_table12", "fedorion_table1",
+                  "fedorion_table2", "uapdfl_table1", "uapdfl_table2", "codistillation_table1"):
+        assert table in names, table
+        assert (ROOT / "sweeps" / f"{table}.paper.yaml").is_file(), f"{table} names the paper's numbers"
+
+
+@pytest.mark.parametrize("path", SWEEP_FILES, ids=lambda p: p.stem)
+def test_sweep_file_is_a_valid_wandb_sweep_and_dry_runs(path: Path, tmp_path: Path) -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from sweeps.config import SweepConfig
+
+    config = yaml.safe_load(path.read_text())
+    SweepConfig(config)  # W&B's own schema check (raises on any problem)
+    assert config["program"] == "lit-fl" and "${args}" in config["command"]
+    result = run_cli("sweep", path, "--dry-run", "--run_dir", tmp_path / "runs")
+    assert result.rc == 0, result.err
+    assert f"{_grid_size(path)} runs (grid)" in result.out
+    assert not (tmp_path / "runs").exists()  # a dry run writes nothing
+
+
+def test_agent_command_line_gives_the_same_config_as_the_local_sweep(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    """The W&B agent passes ``--key=value`` in its own order (W&B's create_sweep_command_args): lit-fl fit
+    accepts it and resolves the same config as the command the local sweep runs."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from sweeps import next_run
+        from wandb.sdk.launch.sweeps.utils import create_sweep_command_args
+
+    from lit_fl.cli import main
+
+    path = ROOT / "sweeps" / "mnist5k_label_skew.yaml"
+    config = yaml.safe_load(path.read_text())
+    run = next_run(config, [])
+    agent_argv = create_sweep_command_args({"args": run.config})["args"]
+    assert any(a.startswith("--data={") for a in agent_argv)
+
+    def resolved(argv: list[str]) -> dict:
+        with pytest.raises(SystemExit):
+            main(["fit", *argv, "--print_config"])
+        out = yaml.safe_load(capsys.readouterr().out)
+        for key in ("name", "run_dir", "resume"):
+            out.pop(key, None)
+        out["logger"].pop("group")
+        return out
+
+    agent = resolved(agent_argv)
+    local = resolved(_local_command(path, tmp_path))
+    assert agent == local
+    assert agent["data"]["partition"] == "dirichlet" and agent["data"]["beta"] == 0.1
+    assert agent["algorithm"]["class_path"] == "lit_fl.algorithms.DFML"
+    assert agent["seed"] == 0 and agent["rounds"] == 20
+
+
+def _local_command(path: Path, tmp_path: Path) -> list[str]:
+    from lit_fl.suite.plan import plan_sweep
+    from lit_fl.suite.sweep_file import load_sweep_file
+
+    manifest = plan_sweep(load_sweep_file(path), tmp_path / "sweeps" / "x", [])
+    return manifest.runs[0].command[2:]
+
+
+BAD = [
+    ("unknown-key", "program: lit-fl\nmethod: grid\nparamters: {seed: {values: [0]}}\n", "paramters"),
+    ("unknown-config", None, "no-such-config.yaml"),
+    ("malformed", "program: lit-fl\nmethod: grid\nparameters: [seed: {values: [0]\n", "malformed YAML"),
+    ("bad-fit-key", None, "data.betta"),
+    ("bayes", None, "bayes"),
+]
+
+
+@pytest.mark.parametrize(("case", "text", "words"), BAD, ids=[b[0] for b in BAD])
+def test_bad_sweep_file_is_one_line_and_writes_nothing(case: str, text: str | None, words: str, tmp_path: Path) -> None:
+    if text is None:
+        params = {"config": {"value": "no-such-config.yaml" if case == "unknown-config" else "cfg.yaml"},
+                  "seed": {"values": [0, 1]}}
+        if case == "bad-fit-key":
+            params["data.betta"] = {"value": 0.3}
+        write_config(tmp_path / "cfg.yaml", tiny_config())
+        text = yaml.safe_dump({"program": "lit-fl", "method": "bayes" if case == "bayes" else "grid",
+                               "metric": {"name": "global_acc", "goal": "maximize"}, "parameters": params,
+                               "command": ["${env}", "lit-fl", "fit", "${args}"]})
+    (tmp_path / "bad.yaml").write_text(text)
+    before = snapshot(tmp_path)
+    cwd = Path.cwd()
+    os.chdir(tmp_path)
+    try:
+        result = run_cli("sweep", "bad.yaml", "--run_dir", tmp_path / "runs")
+    finally:
+        os.chdir(cwd)
+    assert result.rc == 2
+    lines = result.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("lit-fl: error: "), result.err
+    assert words in lines[0], lines[0]
+    assert snapshot(tmp_path) == before
+
+
+def test_random_sweep_needs_a_count_and_draws_reproducibly(tmp_path: Path) -> None:
+    write_config(tmp_path / "cfg.yaml", tiny_config())
+    sweep = {"program": "lit-fl", "method": "random", "parameters": {
+        "config": {"value": str(tmp_path / "cfg.yaml")},
+        "algorithm.init_args.alpha_max": {"distribution": "uniform", "min": 0.5, "max": 1.0}},
+        "command": ["${env}", "lit-fl", "fit", "${args}"]}
+    write_config(tmp_path / "random.yaml", sweep)
+    result = run_cli("sweep", tmp_path / "random.yaml", "--dry-run")
+    assert result.rc == 2 and "--count" in result.err
+    first = run_cli("sweep", tmp_path / "random.yaml", "--dry-run", "--count", "3")
+    again = run_cli("sweep", tmp_path / "random.yaml", "--dry-run", "--count", "3")
+    assert first.rc == 0 and "3 runs (random)" in first.out and first.out == again.out
+
+
+def test_wandb_mode_registers_the_sweep_and_starts_an_agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    calls = []
+    fake = types.SimpleNamespace(
+        sweep=lambda config, project=None, entity=None: calls.append(("sweep", config, project)) or "abc123",
+        agent=lambda sweep_id, project=None, entity=None, count=None: calls.append(("agent", sweep_id, count)),
+    )
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    result = run_cli("sweep", ROOT / "sweeps" / "mnist5k_label_skew.yaml", "--wandb", "--rounds", "5",
+                     "--run_dir", tmp_path)
+    assert result.rc == 0, result.err
+    (_, config, project), (_, sweep_id, count) = calls
+    assert project == "lit-fl" and sweep_id == "abc123" and count is None
+    assert config["command"] == ["${env}", "lit-fl", "fit", "${args}", "--rounds=5"]
+    assert config["parameters"]["seed"] == {"values": [0, 1, 2]}
+    assert not (tmp_path / "sweeps").exists()
+
+
+# -- stopping and continuing ------------------------------------------------------------------------------------
+
+
+def _tiny_sweep(folder: Path, rounds: int = 4) -> Path:
+    write_config(folder / "tiny.yaml", tiny_config("DFML", rounds=rounds))
+    sweep = {"program": "lit-fl", "name": "tiny", "method": "grid", "metric": {"name": "global_acc", "goal": "maximize"},
+             "parameters": {"config": {"value": str(folder / "tiny.yaml")}, "seed": {"values": [0, 1, 2]}},
+             "command": ["${env}", "lit-fl", "fit", "${args}"]}
+    return write_config(folder / "tiny_sweep.yaml", sweep)
+
+
+def _sweep_process(sweep: Path, runs: Path) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]), WANDB_MODE="offline")
+    return subprocess.Popen(
+        [sys.executable, "-m", "lit_fl.cli", "sweep", str(sweep), "--run_dir", str(runs)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True,
+    )
+
+
+def _wait_for_checkpoint(path: Path, process: subprocess.Popen, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.is_file():
+        assert process.poll() is None, process.stdout.read()
+        assert time.monotonic() < deadline, "no checkpoint appeared"
+        time.sleep(0.1)
+
+
+@pytest.mark.slow
+def test_stopped_sweep_completes_with_no_run_repeated_or_lost(tmp_path: Path) -> None:
+    sweep = _tiny_sweep(tmp_path)
+    full = tmp_path / "full"
+    assert subprocess.run(_sweep_process(sweep, full).args, capture_output=True, timeout=300).returncode == 0
+
+    stopped = tmp_path / "stopped"
+    runs = stopped / "sweeps" / "tiny" / "runs"
+    # 1. Ctrl-C (SIGINT to the whole process group, as a terminal sends it) during the first run
+    process = _sweep_process(sweep, stopped)
+    _wait_for_checkpoint(runs / "000-tiny-s0" / "checkpoints" / "last.ckpt", process)
+    os.killpg(process.pid, signal.SIGINT)
+    assert process.wait(timeout=120) == 130, process.stdout.read()
+    first = json.loads((runs / "000-tiny-s0" / "summary.json").read_text())
+    assert first["status"] == "interrupted" and first["rounds_completed"] < 4
+    # 2. kill -9 of the sweep itself during the second run: the run dies with it (no orphan)
+    process = _sweep_process(sweep, stopped)
+    _wait_for_checkpoint(runs / "001-tiny-s1" / "checkpoints" / "last.ckpt", process)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait(timeout=60)
+    time.sleep(1.0)
+    # 3. run it again: it completes
+    result = subprocess.run(_sweep_process(sweep, stopped).args, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    manifest = json.loads((stopped / "sweeps" / "tiny" / "manifest.json").read_text())
+    assert [r["status"] for r in manifest["runs"]] == ["completed"] * 3
+    for name in ("000-tiny-s0", "001-tiny-s1", "002-tiny-s2"):
+        rows = read_metrics(runs / name / "metrics.csv")
+        assert [r["round"] for r in rows] == [1, 2, 3, 4], name  # no round lost, none repeated
+        reference = read_metrics(full / "sweeps" / "tiny" / "runs" / name / "metrics.csv")
+        for key in ("global_acc", "global_acc_regular", "local_acc", "comm_mb"):
+            assert [r[key] for r in rows] == [r[key] for r in reference], (name, key)
+    again = subprocess.run(_sweep_process(sweep, stopped).args, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and "3 of 3 runs already completed: skipped" in again.stdout
