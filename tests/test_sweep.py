@@ -172,7 +172,8 @@ def test_wandb_mode_registers_the_sweep_and_starts_an_agent(tmp_path: Path, monk
 
 def _tiny_sweep(folder: Path, rounds: int = 4) -> Path:
     write_config(folder / "tiny.yaml", tiny_config("DFML", rounds=rounds))
-    sweep = {"program": "lit-fl", "name": "tiny", "method": "grid", "metric": {"name": "global_acc", "goal": "maximize"},
+    sweep = {"program": "lit-fl", "name": "tiny", "method": "grid",
+             "metric": {"name": "global_acc", "goal": "maximize"},
              "parameters": {"config": {"value": str(folder / "tiny.yaml")}, "seed": {"values": [0, 1, 2]}},
              "command": ["${env}", "lit-fl", "fit", "${args}"]}
     return write_config(folder / "tiny_sweep.yaml", sweep)
