@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "fit": ("lit_fl.commands.fit", "Run an experiment from a config file and write a run directory."),
     "sweep": ("lit_fl.commands.sweep", "Run a W&B sweep file locally (or with W&B: --wandb)."),
     "compare": ("lit_fl.commands.compare", "Dashboard, figures and results table of runs or a sweep."),
+    "partition": ("lit_fl.commands.partition", "Plot a config's client x class partition (DFML Fig. 10)."),
     "configs": ("lit_fl.commands.configs", "List the experiment and sweep configs shipped with lit-fl."),
 }
 

@@ -44,12 +44,7 @@ def build_federation(
     dataset = dataset.to(dataset.train_x.device, channels_last=channels_last)
     if data.augment != "auto":
         dataset = dataset.with_augment(data.augment)
-    labels = dataset.train_y.cpu().numpy()
-    rng = np.random.default_rng([seed, 0])
-    server_idx, client_pool = hold_out(len(labels), data.server_fraction, np.random.default_rng([seed, 6]))
-    parts = partition(labels[client_pool], data.num_clients, data.partition, rng, beta=data.beta, zeta=data.zeta)
-    parts = [client_pool[p] for p in parts]
-    splits = split_train_val(parts, data.val_fraction, rng)
+    splits, server_idx = client_splits(dataset, data, seed)
     device = dataset.train_x.device
     fmt = torch.channels_last if channels_last else torch.contiguous_format
     initial = {arch: _init_model(arch, dataset, seed, index) for index, arch in enumerate(dict.fromkeys(archs))}
@@ -71,6 +66,17 @@ def build_federation(
     federation = Federation(clients, dataset, seed, graph, faults)
     federation.server_idx = torch.from_numpy(server_idx)
     return federation
+
+
+def client_splits(dataset: ImageDataset, data: DataConfig, seed: int) -> tuple[list, np.ndarray]:
+    """Every client's train/validation indices and the held-out server indices: the partition of ``data``
+    drawn from one generator seeded by ``seed`` (``lit-fl partition`` shows exactly this)."""
+    labels = dataset.train_y.cpu().numpy()
+    rng = np.random.default_rng([seed, 0])
+    server_idx, client_pool = hold_out(len(labels), data.server_fraction, np.random.default_rng([seed, 6]))
+    parts = partition(labels[client_pool], data.num_clients, data.partition, rng, beta=data.beta, zeta=data.zeta)
+    parts = [client_pool[p] for p in parts]
+    return split_train_val(parts, data.val_fraction, rng), server_idx
 
 
 def hold_out(num_samples: int, fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
