@@ -58,7 +58,8 @@ def check_paper(sweep: SweepFile, manifest: Manifest) -> Paper | None:
         return None
     paper = load_paper(sweep.paper_path)
     for i, row in enumerate(paper.rows, start=1):
-        if not any(paper_row(Paper(paper.source, paper.metric, [row]), run.params) for run in manifest.runs):
+        single = Paper(paper.source, paper.metric, [row])
+        if not any(paper_row(single, run.params, row.metric) for run in manifest.runs):
             raise ConfigError(f"paper numbers {sweep.paper_path}: row {i} ({row.match}) matches no run of the sweep")
     return paper
 

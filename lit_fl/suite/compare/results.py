@@ -140,7 +140,7 @@ def label(params: dict[str, Any]) -> str:
 
 
 def paper_value_of(comparison: Comparison, group: Group) -> float | None:
-    row = paper_row(comparison.paper, group.params)
+    row = paper_row(comparison.paper, group.params, comparison.metric)
     return None if row is None else row.value
 
 
