@@ -17,7 +17,7 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("kind", nargs="?", choices=KINDS, help="only experiments or only sweeps")
     args = parser.parse_args(list(argv))
     for kind in [args.kind] if args.kind else KINDS:
-        files = list_configs(kind)
+        files = [f for f in list_configs(kind) if not f.name.endswith(".paper.yaml")]
         print(f"{kind}/ ({len(files)}, in {ROOT / kind})")
         for path in files:
             print(f"  {path.relative_to(kind).as_posix()}  {_first_comment(ROOT / path)}")
