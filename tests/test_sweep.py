@@ -179,11 +179,22 @@ def _tiny_sweep(folder: Path, rounds: int = 4) -> Path:
     return write_config(folder / "tiny_sweep.yaml", sweep)
 
 
+def _sweep_argv(sweep: Path, runs: Path) -> list[str]:
+    return [sys.executable, "-m", "lit_fl.cli", "sweep", str(sweep), "--run_dir", str(runs)]
+
+
+def _env() -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]), WANDB_MODE="offline")
+
+
+def _run_sweep(sweep: Path, runs: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(_sweep_argv(sweep, runs), capture_output=True, text=True, env=_env(), timeout=timeout)
+
+
 def _sweep_process(sweep: Path, runs: Path) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]), WANDB_MODE="offline")
     return subprocess.Popen(
-        [sys.executable, "-m", "lit_fl.cli", "sweep", str(sweep), "--run_dir", str(runs)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True,
+        _sweep_argv(sweep, runs), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(),
+        start_new_session=True,
     )
 
 
@@ -199,7 +210,7 @@ def _wait_for_checkpoint(path: Path, process: subprocess.Popen, timeout: float =
 def test_stopped_sweep_completes_with_no_run_repeated_or_lost(tmp_path: Path) -> None:
     sweep = _tiny_sweep(tmp_path)
     full = tmp_path / "full"
-    assert subprocess.run(_sweep_process(sweep, full).args, capture_output=True, timeout=300).returncode == 0
+    assert _run_sweep(sweep, full).returncode == 0
 
     stopped = tmp_path / "stopped"
     runs = stopped / "sweeps" / "tiny" / "runs"
@@ -217,7 +228,7 @@ def test_stopped_sweep_completes_with_no_run_repeated_or_lost(tmp_path: Path) ->
     process.wait(timeout=60)
     time.sleep(1.0)
     # 3. run it again: it completes
-    result = subprocess.run(_sweep_process(sweep, stopped).args, capture_output=True, text=True, timeout=300)
+    result = _run_sweep(sweep, stopped)
     assert result.returncode == 0, result.stdout + result.stderr
     manifest = json.loads((stopped / "sweeps" / "tiny" / "manifest.json").read_text())
     assert [r["status"] for r in manifest["runs"]] == ["completed"] * 3
@@ -227,5 +238,5 @@ def test_stopped_sweep_completes_with_no_run_repeated_or_lost(tmp_path: Path) ->
         reference = read_metrics(full / "sweeps" / "tiny" / "runs" / name / "metrics.csv")
         for key in ("global_acc", "global_acc_regular", "local_acc", "comm_mb"):
             assert [r[key] for r in rows] == [r[key] for r in reference], (name, key)
-    again = subprocess.run(_sweep_process(sweep, stopped).args, capture_output=True, text=True, timeout=120)
+    again = _run_sweep(sweep, stopped, timeout=120)
     assert again.returncode == 0 and "3 of 3 runs already completed: skipped" in again.stdout
