@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from lit_fl.data.partition import PARTITIONS
+from lit_fl.errors import ConfigError
 from lit_fl.steps.runner import PRECISIONS
 
 
@@ -49,21 +50,21 @@ class DataConfig:
         from lit_fl.data.registry import list_datasets
 
         if self.dataset not in list_datasets():
-            raise ValueError(f"data.dataset: unknown dataset {self.dataset!r}; allowed: {', '.join(list_datasets())}")
+            raise ConfigError(f"data.dataset: unknown dataset {self.dataset!r}; allowed: {', '.join(list_datasets())}")
         if self.num_clients < 1:
-            raise ValueError(f"data.num_clients must be >= 1, got {self.num_clients}")
+            raise ConfigError(f"data.num_clients must be >= 1, got {self.num_clients}")
         if self.partition not in PARTITIONS:
-            raise ValueError(f"data.partition: {self.partition!r} is not allowed; allowed: {', '.join(PARTITIONS)}")
+            raise ConfigError(f"data.partition: {self.partition!r} is not allowed; allowed: {', '.join(PARTITIONS)}")
         if self.beta <= 0:
-            raise ValueError(f"data.beta must be > 0, got {self.beta}")
+            raise ConfigError(f"data.beta must be > 0, got {self.beta}")
         if self.zeta < 1:
-            raise ValueError(f"data.zeta must be >= 1, got {self.zeta}")
+            raise ConfigError(f"data.zeta must be >= 1, got {self.zeta}")
         if not 0.0 <= self.val_fraction < 1.0:
-            raise ValueError(f"data.val_fraction must be in [0, 1), got {self.val_fraction}")
+            raise ConfigError(f"data.val_fraction must be in [0, 1), got {self.val_fraction}")
         if self.augment not in ("auto", "none", "crop_flip"):
-            raise ValueError(f"data.augment: {self.augment!r} is not allowed; allowed: auto, none, crop_flip")
+            raise ConfigError(f"data.augment: {self.augment!r} is not allowed; allowed: auto, none, crop_flip")
         if not 0.0 <= self.server_fraction < 1.0:
-            raise ValueError(f"data.server_fraction must be in [0, 1), got {self.server_fraction}")
+            raise ConfigError(f"data.server_fraction must be in [0, 1), got {self.server_fraction}")
 
 
 @dataclass
@@ -90,7 +91,7 @@ class ModelsConfig:
 
         for arch in resolve_pool(self.pool):
             if not is_known(arch):
-                raise ValueError(f"models.pool: unknown architecture {arch!r}; allowed: {', '.join(allowed_names())}")
+                raise ConfigError(f"models.pool: unknown architecture {arch!r}; allowed: {', '.join(allowed_names())}")
 
 
 @dataclass
@@ -109,9 +110,9 @@ class TrainerConfig:
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
-            raise ValueError(f"trainer.precision: {self.precision!r} is not allowed; allowed: {', '.join(PRECISIONS)}")
+            raise ConfigError(f"trainer.precision: {self.precision!r} is not allowed; allowed: {', '.join(PRECISIONS)}")
         if self.devices != 1:
-            raise ValueError(f"trainer.devices: only 1 is supported so far, got {self.devices}")
+            raise ConfigError(f"trainer.devices: only 1 is supported so far, got {self.devices}")
 
 
 @dataclass

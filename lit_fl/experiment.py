@@ -22,6 +22,7 @@ import yaml
 from lit_fl.algorithms.base import Algorithm
 from lit_fl.config import DataConfig, LoggerConfig, ModelsConfig, TrainerConfig
 from lit_fl.data import load_dataset
+from lit_fl.errors import ConfigError
 from lit_fl.federation.builder import build_federation
 from lit_fl.federation.checkpoint import load_checkpoint, save_checkpoint
 from lit_fl.federation.evaluation import Evaluator
@@ -73,13 +74,13 @@ class Experiment:
         name: str | None = None,
     ) -> None:
         if rounds < 1:
-            raise ValueError(f"rounds must be >= 1, got {rounds}")
+            raise ConfigError(f"rounds must be >= 1, got {rounds}")
         if eval_every < 1:
-            raise ValueError(f"eval_every must be >= 1, got {eval_every}")
+            raise ConfigError(f"eval_every must be >= 1, got {eval_every}")
         if checkpoint_every < 0:
-            raise ValueError(f"checkpoint_every must be >= 0 (0 = only at the end), got {checkpoint_every}")
+            raise ConfigError(f"checkpoint_every must be >= 0 (0 = only at the end), got {checkpoint_every}")
         if seed < 0:
-            raise ValueError(f"seed must be >= 0, got {seed}")
+            raise ConfigError(f"seed must be >= 0, got {seed}")
         self.algorithm, self.data, self.models = algorithm, data, models
         self.trainer, self.logger = trainer, logger
         self.topology, self.faults = topology or TopologyConfig(), faults or FaultsConfig()
@@ -93,12 +94,12 @@ class Experiment:
         if resume:
             path = Path(resume)
             if not (path / "checkpoints" / "last.ckpt").is_file():
-                raise ValueError(f"--resume: no checkpoint at {path / 'checkpoints' / 'last.ckpt'}")
+                raise ConfigError(f"--resume: no checkpoint at {path / 'checkpoints' / 'last.ckpt'}")
             return path
         name = self.name or f"{self.algorithm.name.lower()}-{self.data.dataset}-{datetime.now():%Y%m%d-%H%M%S}"
         path = self.run_dir / name
         if path.exists():
-            raise ValueError(f"run directory {path} exists; choose another --name or continue it with --resume {path}")
+            raise ConfigError(f"run directory {path} exists; choose another --name or continue it with --resume {path}")
         return path
 
     # -- building --------------------------------------------------------------------------------------
@@ -240,7 +241,7 @@ def _check_resume_config(run_path: Path, config: dict[str, Any]) -> None:
     saved = yaml.safe_load(saved_path.read_text()) or {}
     differing = [key for top in RESUME_KEYS for key in _differences(saved.get(top), config.get(top), top)]
     if differing:
-        raise ValueError(
+        raise ConfigError(
             f"--resume: the config differs from {saved_path} in {', '.join(differing)}; "
             "resume with the run's own config (only rounds, eval_every, checkpoint_every, trainer and logger "
             "may change)"

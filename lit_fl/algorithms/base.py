@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from lit_fl.data.batches import ClientBatches
+from lit_fl.errors import ConfigError
 from lit_fl.federation.ledger import CommunicationLedger
 from lit_fl.federation.state import Client, Federation
 from lit_fl.steps import LocalTraining, SGDConfig, StepRunner
@@ -51,11 +52,11 @@ class Algorithm(ABC):
         batch_size: int = 64,
     ) -> None:
         if local_epochs < 0:
-            raise ValueError(f"algorithm.local_epochs must be >= 0, got {local_epochs}")
+            raise ConfigError(f"algorithm.local_epochs must be >= 0, got {local_epochs}")
         if loss not in ("wsm", "ce"):
-            raise ValueError(f"algorithm.loss must be one of wsm, ce; got {loss!r}")
+            raise ConfigError(f"algorithm.loss must be one of wsm, ce; got {loss!r}")
         if batch_size < 1:
-            raise ValueError(f"algorithm.batch_size must be >= 1, got {batch_size}")
+            raise ConfigError(f"algorithm.batch_size must be >= 1, got {batch_size}")
         self.local_epochs = local_epochs
         self.loss: SupervisedLoss = loss
         self.optimizer = SGDConfig(lr=lr, momentum=momentum, weight_decay=weight_decay)

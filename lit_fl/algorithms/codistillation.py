@@ -50,6 +50,7 @@ from lit_fl.algorithms.base import Algorithm, RoundResult, nanmean
 from lit_fl.algorithms.decentralized import RoundFaults
 from lit_fl.algorithms.fedadam import FedAdam
 from lit_fl.data.batches import ClientBatches
+from lit_fl.errors import ConfigError
 from lit_fl.federation.faults import draw_failures
 from lit_fl.federation.ledger import CommunicationLedger
 from lit_fl.federation.state import Client, Federation
@@ -124,28 +125,28 @@ class Codistillation(Algorithm):
         super().__init__(local_epochs, loss, lr, momentum, weight_decay, batch_size)
         if isinstance(large_clients, (int, float)) and not isinstance(large_clients, bool):
             if not 0.0 < large_clients <= 1.0:
-                raise ValueError(
+                raise ConfigError(
                     f"algorithm.large_clients: a fraction must be in (0, 1], got {large_clients}; "
                     "or give a list of client ids"
                 )
         elif not large_clients:
-            raise ValueError("algorithm.large_clients: the list of high-capacity client ids is empty")
+            raise ConfigError("algorithm.large_clients: the list of high-capacity client ids is empty")
         if clients_per_round < 1:
-            raise ValueError(f"algorithm.clients_per_round must be >= 1, got {clients_per_round}")
+            raise ConfigError(f"algorithm.clients_per_round must be >= 1, got {clients_per_round}")
         for key, value in (("server_lr", server_lr), ("large_server_lr", large_server_lr),
                            ("distill_lr", distill_lr), ("large_distill_lr", large_distill_lr)):
             if value is not None and value <= 0:
-                raise ValueError(f"algorithm.{key} must be > 0, got {value}")
+                raise ConfigError(f"algorithm.{key} must be > 0, got {value}")
         if distill_steps < 1:
-            raise ValueError(f"algorithm.distill_steps must be >= 1, got {distill_steps}")
+            raise ConfigError(f"algorithm.distill_steps must be >= 1, got {distill_steps}")
         if distill_batch_size < 1:
-            raise ValueError(f"algorithm.distill_batch_size must be >= 1, got {distill_batch_size}")
+            raise ConfigError(f"algorithm.distill_batch_size must be >= 1, got {distill_batch_size}")
         if temperature <= 0:
-            raise ValueError(f"algorithm.temperature must be > 0, got {temperature}")
+            raise ConfigError(f"algorithm.temperature must be > 0, got {temperature}")
         if not 0.0 <= student_reg <= 1.0:
-            raise ValueError(f"algorithm.student_reg must be in [0, 1], got {student_reg}")
+            raise ConfigError(f"algorithm.student_reg must be in [0, 1], got {student_reg}")
         if decay_rounds is not None and decay_rounds < 1:
-            raise ValueError(f"algorithm.decay_rounds must be >= 1 (or null for a constant rate), got {decay_rounds}")
+            raise ConfigError(f"algorithm.decay_rounds must be >= 1 (or null for a constant rate), got {decay_rounds}")
         self.small_arch, self.large_arch = small_arch, large_arch
         self.large_clients = large_clients
         self.clients_per_round = clients_per_round
@@ -168,10 +169,10 @@ class Codistillation(Algorithm):
         """Check the server split and the pool, pick ``P_H``, create both server models and the clients'
         large models (a resumed run loads their weights afterwards)."""
         if len(federation.server_idx) == 0:
-            raise ValueError(NO_SERVER_DATA)
+            raise ConfigError(NO_SERVER_DATA)
         other = sorted({c.arch for c in federation.clients} - {self.small_arch})
         if other:
-            raise ValueError(
+            raise ConfigError(
                 f"algorithm.small_arch is {self.small_arch!r} but models.pool gives {other}: every client trains "
                 f"the small model, set models.pool: [{self.small_arch}]"
             )
@@ -345,7 +346,7 @@ class Codistillation(Algorithm):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if list(state["large_clients"]) != list(self.pool_ids.get(LARGE, [])):
-            raise ValueError(
+            raise ConfigError(
                 f"checkpoint: high-capacity clients {state['large_clients']} differ from "
                 f"{self.pool_ids.get(LARGE)} of the config"
             )
@@ -368,7 +369,7 @@ class PeriodicCodist(Codistillation):
     def __init__(self, period: int = 200, distill_steps: int = 200, reset_moments: bool = True, **kwargs: Any) -> None:
         super().__init__(distill_steps=distill_steps, **kwargs)
         if period < 1:
-            raise ValueError(f"algorithm.period must be >= 1, got {period}")
+            raise ConfigError(f"algorithm.period must be >= 1, got {period}")
         self.period = period
         self.reset_moments = reset_moments
 
@@ -404,7 +405,7 @@ class MergedCodist(Codistillation):
     def __init__(self, merge_alpha: float = 0.5, distill_steps: int = 32, **kwargs: Any) -> None:
         super().__init__(distill_steps=distill_steps, **kwargs)
         if not 0.0 <= merge_alpha <= 1.0:
-            raise ValueError(f"algorithm.merge_alpha must be in [0, 1], got {merge_alpha}")
+            raise ConfigError(f"algorithm.merge_alpha must be in [0, 1], got {merge_alpha}")
         self.merge_alpha = float(merge_alpha)
 
     def round_alpha(self) -> float:
@@ -458,9 +459,9 @@ def resolve_large_clients(spec: float | Sequence[int], num_clients: int, seed: i
     ids = [int(n) for n in spec]
     bad = [n for n in ids if not 0 <= n < num_clients]
     if bad:
-        raise ValueError(f"algorithm.large_clients: {bad} are not client ids (allowed: 0..{num_clients - 1})")
+        raise ConfigError(f"algorithm.large_clients: {bad} are not client ids (allowed: 0..{num_clients - 1})")
     if len(set(ids)) != len(ids):
-        raise ValueError(f"algorithm.large_clients: repeated client ids in {ids}")
+        raise ConfigError(f"algorithm.large_clients: repeated client ids in {ids}")
     return sorted(ids)
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from lit_fl.algorithms.base import Algorithm, nanmean
+from lit_fl.errors import ConfigError
 from lit_fl.federation.faults import draw_failures
 from lit_fl.federation.ledger import CommunicationLedger
 from lit_fl.federation.selection import Participants, select_participants
@@ -59,9 +60,9 @@ class DecentralizedAlgorithm(Algorithm):
     def __init__(self, sender_fraction: float = 0.5, fixed_aggregator: int | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if not 0.0 < sender_fraction <= 1.0:
-            raise ValueError(f"algorithm.sender_fraction must be in (0, 1], got {sender_fraction}")
+            raise ConfigError(f"algorithm.sender_fraction must be in (0, 1], got {sender_fraction}")
         if fixed_aggregator is not None and fixed_aggregator < 0:
-            raise ValueError(f"algorithm.fixed_aggregator must be a client id >= 0, got {fixed_aggregator}")
+            raise ConfigError(f"algorithm.fixed_aggregator must be a client id >= 0, got {fixed_aggregator}")
         self.sender_fraction = sender_fraction
         self.fixed_aggregator = fixed_aggregator
         self.previous_aggregator: int | None = None
@@ -69,7 +70,7 @@ class DecentralizedAlgorithm(Algorithm):
 
     def setup(self, federation: Federation) -> None:
         if self.fixed_aggregator is not None and self.fixed_aggregator >= federation.num_clients:
-            raise ValueError(
+            raise ConfigError(
                 f"algorithm.fixed_aggregator: {self.fixed_aggregator} is not a client id "
                 f"(allowed: 0..{federation.num_clients - 1})"
             )

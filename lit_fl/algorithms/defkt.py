@@ -16,6 +16,7 @@ from torch import nn
 
 from lit_fl.algorithms.base import RoundResult, nanmean
 from lit_fl.algorithms.decentralized import DecentralizedAlgorithm, RoundFaults
+from lit_fl.errors import ConfigError
 from lit_fl.federation.ledger import CommunicationLedger
 from lit_fl.federation.selection import num_senders
 from lit_fl.federation.state import Client, Federation
@@ -71,13 +72,13 @@ class PairwiseExchange(DecentralizedAlgorithm):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if self.fixed_aggregator is not None:
-            raise ValueError(f"algorithm.fixed_aggregator: {self.name} has no aggregator; leave it unset")
+            raise ConfigError(f"algorithm.fixed_aggregator: {self.name} has no aggregator; leave it unset")
 
     def setup(self, federation: Federation) -> None:
         super().setup(federation)
         archs = federation.architectures()
         if len(archs) > 1:
-            raise ValueError(
+            raise ConfigError(
                 f"models.pool: {self.name} needs one architecture for all clients (homogeneous models, as in "
                 f"the paper); got {', '.join(archs)}"
             )
@@ -161,9 +162,9 @@ class DefKT(PairwiseExchange):
     def __init__(self, fusion_epochs: int = 1, kl_weight: float = 1.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if fusion_epochs < 0:
-            raise ValueError(f"algorithm.fusion_epochs must be >= 0, got {fusion_epochs}")
+            raise ConfigError(f"algorithm.fusion_epochs must be >= 0, got {fusion_epochs}")
         if not kl_weight >= 0:
-            raise ValueError(f"algorithm.kl_weight must be >= 0, got {kl_weight}")
+            raise ConfigError(f"algorithm.kl_weight must be >= 0, got {kl_weight}")
         self.fusion_epochs = fusion_epochs
         self.kl_weight = float(kl_weight)
 

@@ -8,6 +8,7 @@ import torch
 
 from lit_fl.algorithms.base import RoundResult
 from lit_fl.algorithms.decentralized import DecentralizedAlgorithm
+from lit_fl.errors import ConfigError
 from lit_fl.federation.alpha import AlphaSchedule
 from lit_fl.federation.ledger import CommunicationLedger
 from lit_fl.federation.state import Federation
@@ -59,15 +60,15 @@ class DFML(DecentralizedAlgorithm):
     ) -> None:
         super().__init__(**kwargs)
         if mutual_epochs < 0:
-            raise ValueError(f"algorithm.mutual_epochs must be >= 0, got {mutual_epochs}")
+            raise ConfigError(f"algorithm.mutual_epochs must be >= 0, got {mutual_epochs}")
         if peak_updates < 1:
-            raise ValueError(f"algorithm.peak_updates must be >= 1, got {peak_updates}")
+            raise ConfigError(f"algorithm.peak_updates must be >= 1, got {peak_updates}")
         if temperature <= 0:
-            raise ValueError(f"algorithm.temperature must be > 0, got {temperature}")
+            raise ConfigError(f"algorithm.temperature must be > 0, got {temperature}")
         if noise_batches < 0:
-            raise ValueError(f"algorithm.noise_batches must be >= 0, got {noise_batches}")
+            raise ConfigError(f"algorithm.noise_batches must be >= 0, got {noise_batches}")
         if noise_batch_size < 2:
-            raise ValueError(f"algorithm.noise_batch_size must be >= 2 (batch statistics), got {noise_batch_size}")
+            raise ConfigError(f"algorithm.noise_batch_size must be >= 2 (batch statistics), got {noise_batch_size}")
         self.mutual_epochs = mutual_epochs
         self.alpha = AlphaSchedule(alpha_max, period, period_increment, alpha_schedule)
         self.peak_updates = peak_updates

@@ -21,6 +21,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from lit_fl.errors import ConfigError
+
 
 class FedAdam:
     """Adam over a model's named parameters, driven by explicit (pseudo-)gradients.
@@ -40,12 +42,12 @@ class FedAdam:
         bias_correction: bool = True,
     ) -> None:
         if lr <= 0:
-            raise ValueError(f"FedAdam: lr must be > 0, got {lr}")
+            raise ConfigError(f"FedAdam: lr must be > 0, got {lr}")
         b1, b2 = (float(b) for b in betas)
         if not (0.0 <= b1 < 1.0 and 0.0 <= b2 < 1.0):
-            raise ValueError(f"FedAdam: betas must be in [0, 1), got {tuple(betas)}")
+            raise ConfigError(f"FedAdam: betas must be in [0, 1), got {tuple(betas)}")
         if eps <= 0:
-            raise ValueError(f"FedAdam: eps must be > 0, got {eps}")
+            raise ConfigError(f"FedAdam: eps must be > 0, got {eps}")
         self.lr, self.betas, self.eps, self.bias_correction = float(lr), (b1, b2), float(eps), bool(bias_correction)
         self.steps = 0
         self.exp_avg: dict[str, Tensor] = {}

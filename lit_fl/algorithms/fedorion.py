@@ -40,6 +40,7 @@ import torch
 from torch import nn
 
 from lit_fl.algorithms.base import Algorithm, RoundResult, nanmean
+from lit_fl.errors import ConfigError
 from lit_fl.federation.ledger import CommunicationLedger
 from lit_fl.federation.state import Client, Federation
 from lit_fl.models import create_model, num_parameters
@@ -123,36 +124,36 @@ class FedORION(Algorithm):
             batch_size=batch_size,
         )
         if not 0.0 < client_fraction <= 1.0:
-            raise ValueError(f"algorithm.client_fraction must be in (0, 1], got {client_fraction}")
+            raise ConfigError(f"algorithm.client_fraction must be in (0, 1], got {client_fraction}")
         if isinstance(no_dml, str) and no_dml != GLOBAL_ARCH:
-            raise ValueError(f"algorithm.no_dml must be a list of client ids or {GLOBAL_ARCH!r}; got {no_dml!r}")
+            raise ConfigError(f"algorithm.no_dml must be a list of client ids or {GLOBAL_ARCH!r}; got {no_dml!r}")
         if isinstance(no_dml, (list, tuple)) and any(int(n) < 0 for n in no_dml):
-            raise ValueError(f"algorithm.no_dml: client ids must be >= 0, got {list(no_dml)}")
+            raise ConfigError(f"algorithm.no_dml: client ids must be >= 0, got {list(no_dml)}")
         if server_epochs < 0:
-            raise ValueError(f"algorithm.server_epochs must be >= 0, got {server_epochs}")
+            raise ConfigError(f"algorithm.server_epochs must be >= 0, got {server_epochs}")
         if noise_steps < 1:
-            raise ValueError(f"algorithm.noise_steps must be >= 1, got {noise_steps}")
+            raise ConfigError(f"algorithm.noise_steps must be >= 1, got {noise_steps}")
         if noise_batch_size < 2:
-            raise ValueError(f"algorithm.noise_batch_size must be >= 2 (batch statistics), got {noise_batch_size}")
+            raise ConfigError(f"algorithm.noise_batch_size must be >= 2 (batch statistics), got {noise_batch_size}")
         if bn_stats not in BN_STATS:
-            raise ValueError(f"algorithm.bn_stats must be one of {', '.join(BN_STATS)}; got {bn_stats!r}")
+            raise ConfigError(f"algorithm.bn_stats must be one of {', '.join(BN_STATS)}; got {bn_stats!r}")
         if student_running_stats not in STUDENT_RUNNING_STATS:
-            raise ValueError(
+            raise ConfigError(
                 f"algorithm.student_running_stats must be one of {', '.join(STUDENT_RUNNING_STATS)}; "
                 f"got {student_running_stats!r}"
             )
         if server_lr <= 0:
-            raise ValueError(f"algorithm.server_lr must be > 0, got {server_lr}")
+            raise ConfigError(f"algorithm.server_lr must be > 0, got {server_lr}")
         if global_lr <= 0:
-            raise ValueError(f"algorithm.global_lr must be > 0, got {global_lr}")
+            raise ConfigError(f"algorithm.global_lr must be > 0, got {global_lr}")
         if not 0 <= server_momentum < 1:
-            raise ValueError(f"algorithm.server_momentum must be in [0, 1), got {server_momentum}")
+            raise ConfigError(f"algorithm.server_momentum must be in [0, 1), got {server_momentum}")
         if server_weight_decay < 0:
-            raise ValueError(f"algorithm.server_weight_decay must be >= 0, got {server_weight_decay}")
+            raise ConfigError(f"algorithm.server_weight_decay must be >= 0, got {server_weight_decay}")
         if aggregation not in ("uniform", "samples"):
-            raise ValueError(f"algorithm.aggregation must be one of uniform, samples; got {aggregation!r}")
+            raise ConfigError(f"algorithm.aggregation must be one of uniform, samples; got {aggregation!r}")
         if kl_weight < 0:
-            raise ValueError(f"algorithm.kl_weight must be >= 0, got {kl_weight}")
+            raise ConfigError(f"algorithm.kl_weight must be >= 0, got {kl_weight}")
         self.global_arch = global_arch
         self.client_fraction = client_fraction
         self.no_dml_option = no_dml if isinstance(no_dml, str) else sorted({int(n) for n in no_dml or []})
@@ -173,12 +174,12 @@ class FedORION(Algorithm):
     def setup(self, federation: Federation) -> None:
         """Resolve the global architecture, check ``no_dml`` and create the global model (once)."""
         if federation.faults.enabled:
-            raise ValueError(
+            raise ConfigError(
                 "faults: FedORION (server based) does not simulate client faults; "
                 "set faults.drop_prob and faults.return_drop_prob to 0"
             )
         if federation.topology.name != "mesh":
-            raise ValueError(
+            raise ConfigError(
                 f"topology.name: FedORION is server based (every client reaches the server); "
                 f"{federation.topology.name!r} is not allowed; allowed: mesh"
             )
@@ -190,10 +191,11 @@ class FedORION(Algorithm):
             self.no_dml = set(self.no_dml_option)
         for n in sorted(self.no_dml):
             if n >= federation.num_clients:
-                raise ValueError(f"algorithm.no_dml: {n} is not a client id (allowed: 0..{federation.num_clients - 1})")
+                allowed = f"0..{federation.num_clients - 1}"
+                raise ConfigError(f"algorithm.no_dml: {n} is not a client id (allowed: {allowed})")
             client = federation.clients[n]
             if client.arch != arch:
-                raise ValueError(
+                raise ConfigError(
                     f"algorithm.no_dml: client {n} has arch {client.arch}, "
                     f"selective DML needs the global architecture {arch}"
                 )
@@ -323,7 +325,7 @@ class FedORION(Algorithm):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state["global_arch"] != self.global_arch:
-            raise ValueError(
+            raise ConfigError(
                 f"checkpoint: the global model is {state['global_arch']}, this config builds {self.global_arch}"
             )
 

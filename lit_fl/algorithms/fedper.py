@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from lit_fl.algorithms.base import RoundResult
 from lit_fl.algorithms.local import Local
 from lit_fl.algorithms.unit_representation import ModelSplit
+from lit_fl.errors import ConfigError
 from lit_fl.federation.faults import draw_failures
 from lit_fl.federation.ledger import CommunicationLedger
 from lit_fl.federation.state import Client, Federation
@@ -46,7 +47,7 @@ class FedPer(Local):
     def __init__(self, num_peers: int = 5, classifier_modules: list[str] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if num_peers < 1:
-            raise ValueError(f"algorithm.num_peers must be >= 1, got {num_peers}")
+            raise ConfigError(f"algorithm.num_peers must be >= 1, got {num_peers}")
         self.num_peers = num_peers
         self.split = ModelSplit(classifier_modules)
         self.feature_keys: list[str] = []
@@ -152,7 +153,7 @@ def require_homogeneous(federation: Federation, method: str) -> None:
     if all(signature(c) == reference for c in federation.clients[1:]):
         return
     archs = federation.architectures()
-    raise ValueError(
+    raise ConfigError(
         f"algorithm {method} averages feature extractors and classifiers between clients, so every client needs "
         f"the same architecture (homogeneous models, as in UA-PDFL); models.pool gives {len(archs)}: "
         f"{', '.join(archs)}. Use one, e.g. models.pool: [{archs[0]}]"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from lit_fl.algorithms.fedavg import DecentralizedFedAvg
+from lit_fl.errors import ConfigError
 from lit_fl.federation.state import Client, Federation
 from lit_fl.steps import StepRunner
 
@@ -22,7 +23,7 @@ class DecentralizedFedProx(DecentralizedFedAvg):
     def __init__(self, mu: float = 1.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if not mu >= 0:  # also rejects NaN
-            raise ValueError(f"algorithm.mu must be >= 0, got {mu}")
+            raise ConfigError(f"algorithm.mu must be >= 0, got {mu}")
         self.mu = float(mu)
 
     def local_training(

@@ -18,6 +18,7 @@ import torch
 
 from lit_fl.algorithms.base import RoundResult, nanmean
 from lit_fl.algorithms.decentralized import DecentralizedAlgorithm
+from lit_fl.errors import ConfigError
 from lit_fl.federation.ledger import CommunicationLedger
 from lit_fl.federation.state import Client, Federation
 from lit_fl.models import create_model, num_parameters
@@ -48,10 +49,10 @@ class DecentralizedFML(DecentralizedAlgorithm):
     ) -> None:
         super().__init__(**kwargs)
         if mutual_epochs < 1:
-            raise ValueError(f"algorithm.mutual_epochs must be >= 1, got {mutual_epochs}")
+            raise ConfigError(f"algorithm.mutual_epochs must be >= 1, got {mutual_epochs}")
         for key, value in (("fml_alpha", fml_alpha), ("fml_beta", fml_beta)):
             if not 0.0 <= value <= 1.0:
-                raise ValueError(f"algorithm.{key} must be in [0, 1], got {value}")
+                raise ConfigError(f"algorithm.{key} must be in [0, 1], got {value}")
         self.meme_arch = meme_arch
         self.mutual_epochs = mutual_epochs
         self.fml_alpha, self.fml_beta = float(fml_alpha), float(fml_beta)

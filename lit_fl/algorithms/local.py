@@ -12,6 +12,7 @@ import math
 from dataclasses import replace
 
 from lit_fl.algorithms.base import Algorithm, RoundResult, nanmean
+from lit_fl.errors import ConfigError
 from lit_fl.federation.ledger import CommunicationLedger
 from lit_fl.federation.state import Client, Federation
 from lit_fl.steps import LocalTraining, SGDConfig, StepRunner
@@ -53,7 +54,7 @@ class Local(Algorithm):
             batch_size=batch_size,
         )
         if not 0.0 < lr_decay <= 1.0:
-            raise ValueError(f"algorithm.lr_decay must be in (0, 1], got {lr_decay}")
+            raise ConfigError(f"algorithm.lr_decay must be in (0, 1], got {lr_decay}")
         self.lr_decay = float(lr_decay)
 
     def round_lr(self, round_: int) -> float:

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from torch import Tensor
 
 from lit_fl.algorithms.fedavg import DecentralizedFedAvg
+from lit_fl.errors import ConfigError
 from lit_fl.federation.state import Client, Federation
 from lit_fl.models import POOLS
 from lit_fl.steps.slicing import (
@@ -45,7 +46,7 @@ class PartialTraining(DecentralizedFedAvg):
     def __init__(self, weighting: Literal["equal", "samples"] = "equal", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if weighting not in ("equal", "samples"):
-            raise ValueError(f"algorithm.weighting must be one of equal, samples; got {weighting!r}")
+            raise ConfigError(f"algorithm.weighting must be one of equal, samples; got {weighting!r}")
         self.weighting = weighting
 
     def setup(self, federation: Federation) -> None:
@@ -57,7 +58,7 @@ class PartialTraining(DecentralizedFedAvg):
         if mismatch is not None:
             big, small, reason = mismatch
             pools = ", ".join(name for name in POOLS if name.startswith("h1_"))
-            raise ValueError(
+            raise ConfigError(
                 f"{self.name} needs width-scaled copies of one architecture family (models.pool {pools}); "
                 f"got {big} and {small} ({reason})"
             )

@@ -44,6 +44,7 @@ from torch import Tensor
 from lit_fl.algorithms.base import RoundResult
 from lit_fl.algorithms.fedper import FedPer, snapshot_states
 from lit_fl.algorithms.unit_representation import divergence, unit_input, unit_representations
+from lit_fl.errors import ConfigError
 from lit_fl.federation.ledger import CommunicationLedger
 from lit_fl.federation.state import Client, Federation
 from lit_fl.steps import SGDConfig, StepRunner
@@ -81,11 +82,11 @@ class UAPDFL(FedPer):
     ) -> None:
         super().__init__(**kwargs)
         if not threshold >= 0:
-            raise ValueError(f"algorithm.threshold (th_I) must be >= 0, got {threshold}")
+            raise ConfigError(f"algorithm.threshold (th_I) must be >= 0, got {threshold}")
         if not mu >= 0:
-            raise ValueError(f"algorithm.mu must be >= 0, got {mu}")
+            raise ConfigError(f"algorithm.mu must be >= 0, got {mu}")
         if not 0 < eps < 1:
-            raise ValueError(f"algorithm.eps must be in (0, 1), got {eps}")
+            raise ConfigError(f"algorithm.eps must be in (0, 1), got {eps}")
         self.threshold = float(threshold)
         self.mu = float(mu)
         self.client_dropout = client_dropout

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor, nn
 
+from lit_fl.errors import ConfigError
 from lit_fl.models.metadata import classifier_prefix
 
 
@@ -41,7 +42,7 @@ class ModelSplit:
 
     def __init__(self, classifier_modules: Sequence[str] | None = None) -> None:
         if classifier_modules is not None and not classifier_modules:
-            raise ValueError("algorithm.classifier_modules: give at least one module name, or null for the default")
+            raise ConfigError("algorithm.classifier_modules: give at least one module name, or null for the default")
         self.classifier_modules = None if classifier_modules is None else [m.strip(".") for m in classifier_modules]
 
     def modules(self, model: nn.Module) -> list[str]:
@@ -52,7 +53,7 @@ class ModelSplit:
         missing = [m for m in self.classifier_modules if m not in names or not m]
         if missing:
             top = ", ".join(name for name, _ in model.named_children())
-            raise ValueError(
+            raise ConfigError(
                 f"algorithm.classifier_modules: {missing} are not submodules of {type(model).__qualname__}; "
                 f"its top-level modules are: {top}"
             )
@@ -64,9 +65,11 @@ class ModelSplit:
         keys = list(model.state_dict().keys())
         classifier = [k for k in keys if k.startswith(prefixes)]
         if not classifier:
-            raise ValueError(f"the classifier modules {list(prefixes)} of {type(model).__qualname__} hold no weights")
+            raise ConfigError(f"the classifier modules {list(prefixes)} of {type(model).__qualname__} hold no weights")
         if len(classifier) == len(keys):
-            raise ValueError(f"the classifier modules {list(prefixes)} hold every weight: no feature extractor is left")
+            raise ConfigError(
+                f"the classifier modules {list(prefixes)} hold every weight: no feature extractor is left"
+            )
         return [k for k in keys if not k.startswith(prefixes)], classifier
 
     def forward_with_features(self, model: nn.Module, x: Tensor) -> tuple[Tensor, Tensor]:

@@ -13,6 +13,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from lit_fl.errors import ConfigError
+
 PartitionName = Literal["iid", "dirichlet", "shards"]
 PARTITIONS: tuple[str, ...] = ("iid", "dirichlet", "shards")
 
@@ -45,7 +47,7 @@ def partition_dirichlet(
     so that every client can hold a train and a validation split; at most ``min_samples * N`` moves.
     """
     if beta <= 0:
-        raise ValueError(f"partition beta must be > 0, got {beta}")
+        raise ConfigError(f"partition beta must be > 0, got {beta}")
     num_classes = int(labels.max()) + 1
     owner = np.empty(len(labels), dtype=np.int64)
     for c in range(num_classes):
@@ -82,10 +84,10 @@ def _top_up(parts: list[np.ndarray], min_samples: int, rng: np.random.Generator)
 def partition_shards(labels: np.ndarray, num_clients: int, zeta: int, rng: np.random.Generator) -> list[np.ndarray]:
     """Def-KT's pathological split: sort by label, cut into ``N * zeta`` equal shards, deal ``zeta`` each."""
     if zeta < 1:
-        raise ValueError(f"partition zeta must be >= 1, got {zeta}")
+        raise ConfigError(f"partition zeta must be >= 1, got {zeta}")
     num_shards = num_clients * zeta
     if num_shards > len(labels):
-        raise ValueError(f"partition shards: num_clients * zeta = {num_shards} exceeds {len(labels)} samples")
+        raise ConfigError(f"partition shards: num_clients * zeta = {num_shards} exceeds {len(labels)} samples")
     order = np.argsort(labels, kind="stable")
     shards = np.array_split(order, num_shards)
     dealt = rng.permutation(num_shards).reshape(num_clients, zeta)
@@ -107,7 +109,7 @@ def partition(
         return partition_dirichlet(labels, num_clients, beta, rng)
     if scheme == "shards":
         return partition_shards(labels, num_clients, zeta, rng)
-    raise ValueError(f"data.partition: unknown scheme {scheme!r}; allowed: {', '.join(PARTITIONS)}")
+    raise ConfigError(f"data.partition: unknown scheme {scheme!r}; allowed: {', '.join(PARTITIONS)}")
 
 
 def split_train_val(parts: list[np.ndarray], val_fraction: float, rng: np.random.Generator) -> list[ClientSplit]:

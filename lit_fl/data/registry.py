@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lit_fl.data.dataset import ImageDataset
+from lit_fl.errors import ConfigError
 
 DatasetLoader = Callable[..., ImageDataset]
 _DATASETS: dict[str, DatasetLoader] = {}
@@ -33,7 +34,7 @@ def load_dataset(
     """Build the dataset ``name``; ``options`` go to its loader (e.g. ``num_classes`` for ``synthetic``)."""
     _import_builtin()
     if name not in _DATASETS:
-        raise ValueError(f"data.dataset: unknown dataset {name!r}; allowed: {', '.join(sorted(_DATASETS))}")
+        raise ConfigError(f"data.dataset: unknown dataset {name!r}; allowed: {', '.join(sorted(_DATASETS))}")
     return _DATASETS[name](root=Path(root), download=download, seed=seed, **options)
 
 

@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+from lit_fl.errors import ConfigError
+
 
 @dataclass(frozen=True)
 class CyclePosition:
@@ -32,18 +34,18 @@ class AlphaSchedule:
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.alpha_max <= 1.0:
-            raise ValueError(f"algorithm.alpha_max must be in [0, 1], got {self.alpha_max}")
+            raise ConfigError(f"algorithm.alpha_max must be in [0, 1], got {self.alpha_max}")
         if self.period < 1:
-            raise ValueError(f"algorithm.period must be >= 1, got {self.period}")
+            raise ConfigError(f"algorithm.period must be >= 1, got {self.period}")
         if self.period_increment < 0:
-            raise ValueError(f"algorithm.period_increment must be >= 0, got {self.period_increment}")
+            raise ConfigError(f"algorithm.period_increment must be >= 0, got {self.period_increment}")
         if self.schedule not in ("cyclic", "fixed"):
-            raise ValueError(f"algorithm.alpha_schedule must be one of cyclic, fixed; got {self.schedule!r}")
+            raise ConfigError(f"algorithm.alpha_schedule must be one of cyclic, fixed; got {self.schedule!r}")
 
     def position(self, round_: int) -> CyclePosition:
         """The cycle, ``tau`` and period of round ``round_`` (rounds count from 1)."""
         if round_ < 1:
-            raise ValueError(f"rounds count from 1, got {round_}")
+            raise ConfigError(f"rounds count from 1, got {round_}")
         cycle, start, period = 0, 1, self.period
         while round_ >= start + period:
             start += period

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from lit_fl.errors import ConfigError
 from lit_fl.federation.ledger import CommunicationLedger
 from lit_fl.federation.state import Federation
 from lit_fl.io import atomic_torch_save
@@ -39,9 +40,9 @@ def load_checkpoint(
     """Restore what :func:`save_checkpoint` wrote into freshly built objects; returns ``extra``."""
     state = torch.load(path, map_location=federation.data.train_x.device, weights_only=False)
     if state.get("format_version") != FORMAT_VERSION:
-        raise ValueError(f"{path}: unsupported checkpoint format {state.get('format_version')}")
+        raise ConfigError(f"{path}: unsupported checkpoint format {state.get('format_version')}")
     if state["algorithm_name"] != type(algorithm).__name__:
-        raise ValueError(
+        raise ConfigError(
             f"{path} was written by {state['algorithm_name']}, the config asks for {type(algorithm).__name__}"
         )
     federation.load_state_dict(state["federation"])

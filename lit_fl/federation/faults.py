@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lit_fl.errors import ConfigError
+
 
 @dataclass
 class FaultsConfig:
@@ -25,7 +27,7 @@ class FaultsConfig:
         for key in ("drop_prob", "return_drop_prob"):
             value = getattr(self, key)
             if not 0.0 <= value <= 1.0:
-                raise ValueError(f"faults.{key} must be in [0, 1], got {value}")
+                raise ConfigError(f"faults.{key} must be in [0, 1], got {value}")
 
     @property
     def enabled(self) -> bool:

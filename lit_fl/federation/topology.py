@@ -12,6 +12,8 @@ from typing import Literal
 
 import numpy as np
 
+from lit_fl.errors import ConfigError
+
 TopologyName = Literal["mesh", "two_group", "ring", "regular"]
 TOPOLOGIES: tuple[str, ...] = ("mesh", "two_group", "ring", "regular")
 
@@ -37,9 +39,9 @@ class TopologyConfig:
 
     def __post_init__(self) -> None:
         if self.name not in TOPOLOGIES:
-            raise ValueError(f"topology.name: {self.name!r} is not allowed; allowed: {', '.join(TOPOLOGIES)}")
+            raise ConfigError(f"topology.name: {self.name!r} is not allowed; allowed: {', '.join(TOPOLOGIES)}")
         if self.degree < 1:
-            raise ValueError(f"topology.degree must be >= 1, got {self.degree}")
+            raise ConfigError(f"topology.degree must be >= 1, got {self.degree}")
 
 
 class Topology:
@@ -75,7 +77,7 @@ class Topology:
             return 1
         distance = int(self.distances(a)[b])
         if distance < 0:
-            raise ValueError(f"client {b} cannot be reached from client {a} on the {self.name} topology")
+            raise ConfigError(f"client {b} cannot be reached from client {a} on the {self.name} topology")
         return distance
 
     def distances(self, source: int) -> np.ndarray:
@@ -105,7 +107,7 @@ def two_group(num_clients: int) -> tuple[Topology, tuple[int, int]]:
     """Odd addresses (1, 3, ... = ids 0, 2, ...) and even addresses (ids 1, 3, ...) each form a mesh; the
     median client of each group holds the single bridge link. Returns the topology and the bridge."""
     if num_clients < 4:
-        raise ValueError(f"topology two_group needs at least 4 clients, got {num_clients}")
+        raise ConfigError(f"topology two_group needs at least 4 clients, got {num_clients}")
     groups = [np.arange(0, num_clients, 2), np.arange(1, num_clients, 2)]
     adjacency = np.zeros((num_clients, num_clients), dtype=bool)
     for group in groups:
@@ -127,7 +129,7 @@ def random_regular(num_clients: int, degree: int, rng: np.random.Generator) -> T
     """A d-regular graph: the circulant graph linking i to i +- 1..d/2 (and i + N/2 for odd d), relabelled by
     a random permutation. Always valid, no retry loop."""
     if degree >= num_clients or (num_clients * degree) % 2:
-        raise ValueError(f"topology.degree: need degree < N and N * degree even, got N={num_clients}, d={degree}")
+        raise ConfigError(f"topology.degree: need degree < N and N * degree even, got N={num_clients}, d={degree}")
     ids = np.arange(num_clients)
     adjacency = np.zeros((num_clients, num_clients), dtype=bool)
     for k in range(1, degree // 2 + 1):

@@ -19,6 +19,8 @@ from collections.abc import Sequence
 
 from torch import Tensor, nn
 
+from lit_fl.errors import ConfigError
+
 
 class CNN(nn.Module):
     """``channels`` = output channels per layer, e.g. ``[32, 64]`` (H0 of DFML Table 10)."""
@@ -32,7 +34,7 @@ class CNN(nn.Module):
     ) -> None:
         super().__init__()
         if not channels:
-            raise ValueError("CNN needs at least one layer")
+            raise ConfigError("CNN needs at least one layer")
         layers: list[nn.Module] = []
         previous = in_channels
         for width in channels:

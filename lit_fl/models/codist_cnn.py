@@ -19,6 +19,8 @@ from collections.abc import Sequence
 
 from torch import Tensor, nn
 
+from lit_fl.errors import ConfigError
+
 # registry.py imports this module on its last line, after ``register_model`` exists
 from lit_fl.models.registry import register_model
 
@@ -42,13 +44,13 @@ class CodistCNN(nn.Module):
     ) -> None:
         super().__init__()
         if len(conv) != 3 or len(dense) != 2:
-            raise ValueError(f"CodistCNN needs 3 conv widths and 2 dense widths, got {list(conv)} and {list(dense)}")
+            raise ConfigError(f"CodistCNN needs 3 conv widths and 2 dense widths, got {list(conv)} and {list(dense)}")
         c1, c2, c3 = (int(c) for c in conv)
         height, width = input_size
         # 2 valid convs (-2 each), pool /2, valid conv (-2), pool /2 (floor, as a VALID max-pool)
         height, width = ((height - 4) // 2 - 2) // 2, ((width - 4) // 2 - 2) // 2
         if height < 1 or width < 1:
-            raise ValueError(f"CodistCNN: input {tuple(input_size)} is too small (needs at least 10x10)")
+            raise ConfigError(f"CodistCNN: input {tuple(input_size)} is too small (needs at least 10x10)")
         self.features = nn.Sequential(
             nn.Conv2d(in_channels, c1, kernel_size=3),
             nn.ReLU(inplace=True),

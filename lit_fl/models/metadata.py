@@ -19,6 +19,7 @@ from fractions import Fraction
 import torch
 from torch import Tensor, nn
 
+from lit_fl.errors import ConfigError
 from lit_fl.models.registry import is_known, name_widths
 from lit_fl.models.resnet import RESNET18_WIDTHS
 from lit_fl.models.timm_models import TIMM_PREFIX
@@ -44,7 +45,7 @@ CLASSIFIER_PREFIXES: dict[str, str] = {
 def width_rate(arch: str) -> float | None:
     """Rate of ``arch`` relative to its family's reference model, or ``None`` when it is not sliceable."""
     if not is_known(arch):
-        raise ValueError(f"models: unknown architecture {arch!r}")
+        raise ConfigError(f"models: unknown architecture {arch!r}")
     family = arch.split("_")[0]
     if arch.startswith(TIMM_PREFIX) or family not in REFERENCE_WIDTHS:
         return None
@@ -76,7 +77,7 @@ def classifier_prefix(model: nn.Module) -> str:
             return prefix
     if hasattr(model, "get_classifier"):
         return _timm_classifier_prefix(model)
-    raise ValueError(
+    raise ConfigError(
         f"models: no classifier known for {type(model).__qualname__}; add it to "
         "lit_fl.models.metadata.CLASSIFIER_PREFIXES"
     )
@@ -94,7 +95,7 @@ def _timm_classifier_prefix(model: nn.Module) -> str:
     for module_name, module in model.named_modules():
         if module is head and module_name and any(key.startswith(f"{module_name}.") for key in keys):
             return f"{module_name}."
-    raise ValueError(f"models: cannot locate the classifier of timm model {type(model).__qualname__}")
+    raise ConfigError(f"models: cannot locate the classifier of timm model {type(model).__qualname__}")
 
 
 def classifier_module(model: nn.Module) -> nn.Module:

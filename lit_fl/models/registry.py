@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from torch import nn
 
+from lit_fl.errors import ConfigError
 from lit_fl.models.cnn import cnn
 from lit_fl.models.efficientnet import EFFICIENTNET_VARIANTS, efficientnet
 from lit_fl.models.resnet import RESNET18_WIDTHS, resnet18
@@ -51,7 +52,7 @@ def create_model(arch: str, input_shape: tuple[int, int, int], num_classes: int)
     for pattern, _, factory in _PATTERNS:
         if pattern.fullmatch(arch):
             return factory(arch, input_shape, num_classes)
-    raise ValueError(f"models: unknown architecture {arch!r}; allowed: {', '.join(allowed_names())}")
+    raise ConfigError(f"models: unknown architecture {arch!r}; allowed: {', '.join(allowed_names())}")
 
 
 def num_parameters(model: nn.Module) -> int:

@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from lit_fl.errors import ConfigError
+
 #: Stage widths of ResNet18 (the largest ResNet of DFML Table 10).
 RESNET18_WIDTHS: tuple[int, int, int, int] = (64, 128, 256, 512)
 BLOCKS_PER_STAGE = 2
@@ -68,7 +70,7 @@ class PreActResNet18(nn.Module):
     def __init__(self, widths: Sequence[int] = RESNET18_WIDTHS, in_channels: int = 3, num_classes: int = 10) -> None:
         super().__init__()
         if len(widths) != len(STAGE_STRIDES) or min(widths) < 1:
-            raise ValueError(f"PreActResNet18 needs {len(STAGE_STRIDES)} positive stage widths, got {list(widths)}")
+            raise ConfigError(f"PreActResNet18 needs {len(STAGE_STRIDES)} positive stage widths, got {list(widths)}")
         self.widths = list(widths)
         layers: OrderedDict[str, nn.Module] = OrderedDict(stem=_conv3x3(in_channels, widths[0]))
         previous = widths[0]

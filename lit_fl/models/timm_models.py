@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from torch import nn
 
+from lit_fl.errors import ConfigError
+
 TIMM_PREFIX = "timm:"
 
 
@@ -17,7 +19,7 @@ def timm_model(arch: str, input_shape: tuple[int, int, int], num_classes: int) -
 
     name = arch[len(TIMM_PREFIX) :]
     if not timm.is_model(name):
-        raise ValueError(
+        raise ConfigError(
             f"models: unknown timm architecture {arch!r}: {name!r} is not a timm model; "
             f"see timm.list_models() (e.g. timm.list_models('resnet*'))"
         )

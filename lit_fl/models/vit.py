@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from torch import nn
 
+from lit_fl.errors import ConfigError
+
 PATCH_SIZE = 4
 DEPTH = 2
 HEAD_DIM = 64
@@ -31,7 +33,7 @@ def check_image_size(arch: str, input_shape: tuple[int, int, int]) -> None:
     """The patch grid must tile the image exactly."""
     _, height, width = input_shape
     if height % PATCH_SIZE or width % PATCH_SIZE:
-        raise ValueError(
+        raise ConfigError(
             f"models: {arch!r} needs image sides divisible by the patch size {PATCH_SIZE}, "
             f"got input_shape {tuple(input_shape)}"
         )

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from lit_fl.errors import ConfigError
+
 
 @dataclass
 class SGDConfig:
@@ -19,11 +21,11 @@ class SGDConfig:
 
     def __post_init__(self) -> None:
         if self.lr <= 0:
-            raise ValueError(f"optimizer.lr must be > 0, got {self.lr}")
+            raise ConfigError(f"optimizer.lr must be > 0, got {self.lr}")
         if not 0 <= self.momentum < 1:
-            raise ValueError(f"optimizer.momentum must be in [0, 1), got {self.momentum}")
+            raise ConfigError(f"optimizer.momentum must be in [0, 1), got {self.momentum}")
         if self.weight_decay < 0:
-            raise ValueError(f"optimizer.weight_decay must be >= 0, got {self.weight_decay}")
+            raise ConfigError(f"optimizer.weight_decay must be >= 0, got {self.weight_decay}")
 
     def build(self, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
         """One SGD over ``params``. Over several models it equals one SGD per model (all per-parameter)."""

@@ -17,6 +17,8 @@ import lightning as L
 import torch
 from torch import Tensor
 
+from lit_fl.errors import ConfigError
+
 Precision = Literal["32-true", "bf16-mixed", "16-mixed"]
 PRECISIONS: tuple[str, ...] = ("32-true", "bf16-mixed", "16-mixed")
 
@@ -30,11 +32,11 @@ class StepRunner:
 
     def __init__(self, accelerator: str = "auto", devices: int = 1, precision: Precision = "32-true") -> None:
         if precision not in PRECISIONS:
-            raise ValueError(f"trainer.precision: {precision!r} is not allowed; allowed: {', '.join(PRECISIONS)}")
+            raise ConfigError(f"trainer.precision: {precision!r} is not allowed; allowed: {', '.join(PRECISIONS)}")
         if devices != 1:
-            raise ValueError("trainer.devices: only 1 is supported so far (one device runs the whole federation)")
+            raise ConfigError("trainer.devices: only 1 is supported so far (one device runs the whole federation)")
         if precision == "16-mixed" and not _gpu_selected(accelerator):
-            raise ValueError("trainer.precision: 16-mixed needs a GPU; allowed on CPU: 32-true, bf16-mixed")
+            raise ConfigError("trainer.precision: 16-mixed needs a GPU; allowed on CPU: 32-true, bf16-mixed")
         self.fabric = L.Fabric(accelerator=accelerator, devices=devices, precision=precision)
         self.precision = precision
 
