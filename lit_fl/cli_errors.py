@@ -22,22 +22,24 @@ def one_line(err: BaseException, known_keys: Iterable[str] = (), algorithms: Ite
     ``algorithms`` lists the class names an ``algorithm.class_path`` may take.
     """
     text = str(err)
-    key_match = _KEY.search(text)
-    key = key_match.group(1) if key_match else None
+    keys = _KEY.findall(text)  # nested: "algorithm", then "alpha_max" inside its class_path
+    key = ".".join(keys) if keys else None
+    if (m := _TYPE.search(text)) and m.group(2).strip().lower().lstrip("+-") in ("nan", "inf", "infinity"):
+        return f"{key}: must be a finite number, got {m.group(2).strip()!r}"
     if m := _GROUP_UNKNOWN.search(text):
         return _unknown_key(f"{m.group(1)}.{m.group(2)}", list(known_keys))
     if m := _UNKNOWN.search(text):
         return _unknown_key(m.group(1), list(known_keys))
     if (m := _CLASS_PATH.search(text)) and (opt := _NOT_ACCEPTED.search(text)):
         allowed = ", ".join(init_args(m.group(1)))
-        return f"{key}.{opt.group(1)}: unknown key for {m.group(1).rsplit('.', 1)[-1]}; allowed: {allowed}"
-    if m := _CLASS_PATH.search(text):
-        return f"{key or 'algorithm'}: unknown class {m.group(1)!r}; allowed: {', '.join(algorithms)}"
+        return f"{keys[0]}.{opt.group(1)}: unknown key for {m.group(1).rsplit('.', 1)[-1]}; allowed: {allowed}"
     if m := _LITERAL.search(text):
         allowed = ", ".join(v.strip().strip("'\"") for v in m.group(1).split(","))
         return f"{key}: {m.group(2).strip()!r} is not allowed; allowed: {allowed}"
     if m := _TYPE.search(text):
         return f"{key}: expected {m.group(1)}, got {m.group(2).strip()!r}"
+    if m := _CLASS_PATH.search(text):
+        return f"{keys[0] if keys else 'algorithm'}: unknown class {m.group(1)!r}; allowed: {', '.join(algorithms)}"
     if "is abstract" in text:
         return f"{key or 'algorithm'}: missing class_path; allowed: {', '.join(algorithms)}"
     if "\n" not in text.strip():

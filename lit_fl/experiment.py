@@ -10,7 +10,6 @@ directory (DESIGN "Run directory contract")::
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from datetime import datetime
@@ -23,6 +22,7 @@ from lit_fl.algorithms.base import Algorithm
 from lit_fl.config import DataConfig, LoggerConfig, ModelsConfig, TrainerConfig
 from lit_fl.data import load_dataset
 from lit_fl.errors import ConfigError
+from lit_fl.faultpoints import fault_point
 from lit_fl.federation.builder import build_federation
 from lit_fl.federation.checkpoint import load_checkpoint, save_checkpoint
 from lit_fl.federation.evaluation import Evaluator
@@ -30,7 +30,7 @@ from lit_fl.federation.faults import FaultsConfig
 from lit_fl.federation.ledger import CommunicationLedger
 from lit_fl.federation.loop import RoundLoop
 from lit_fl.federation.topology import TopologyConfig
-from lit_fl.io import atomic_write_text
+from lit_fl.io import atomic_write_text, strict_json
 from lit_fl.steps import StepRunner
 from lit_fl.tracking import MetricsCSV, RoundProgress, WandbTracker
 
@@ -64,8 +64,8 @@ class Experiment:
         models: ModelsConfig,
         trainer: TrainerConfig,
         logger: LoggerConfig,
-        topology: TopologyConfig | None = None,
-        faults: FaultsConfig | None = None,
+        topology: TopologyConfig = TopologyConfig(),  # noqa: B008 - frozen defaults, never mutated
+        faults: FaultsConfig = FaultsConfig(),  # noqa: B008
         seed: int = 0,
         rounds: int = 100,
         eval_every: int = 1,
@@ -148,7 +148,7 @@ class Experiment:
             return elapsed_before + time.perf_counter() - start
 
         def checkpoint() -> None:
-            state = {"wandb_id": tracker.run.id if tracker else None, "wall_s": wall_s()}
+            state = {"wandb_id": tracker.run_id if tracker else extra.get("wandb_id"), "wall_s": wall_s()}
             save_checkpoint(ckpt_path, federation, self.algorithm, ledger, state)
 
         def on_round(row: dict[str, float], round_: int) -> None:
@@ -172,29 +172,42 @@ class Experiment:
             [on_round],
         )
         status = "failed"
+        error: str | None = None
         try:
             outcome = loop.run()
             status = "interrupted" if outcome.interrupted else "completed"
+        except KeyboardInterrupt:  # a second Ctrl-C: the last checkpoint stays and resumes
+            status = "interrupted"
+            raise
+        except BaseException as err:  # a crash keeps its evidence: the checkpoint, the error, the traceback
+            error = f"{type(err).__name__}: {err}"
+            raise
         finally:
             progress.close()
             summary = _summary(history, status, federation.round, self.rounds, wall_s(), ledger.total_mb)
             summary["run_dir"] = str(run_path)
             summary["topology"] = federation.topology.name
-            atomic_write_text(run_path / "summary.json", json.dumps(summary, indent=2))
+            if loop.stop_signal:
+                summary["stop_signal"] = loop.stop_signal
+            if error:
+                summary["error"] = error
+            fault_point("summary")
+            atomic_write_text(run_path / "summary.json", strict_json(summary))
             if tracker:
                 tracker.summarize(summary)
                 tracker.finish(exit_code=0 if status != "failed" else 1)
         return summary
 
     def _start_wandb(self, run_path: Path, config: dict[str, Any], run_id: str | None) -> WandbTracker | None:
+        """The W&B run, or None when W&B is off or cannot start (one warning line; the run goes on)."""
         if not self.logger.wandb:
             return None
         tracker = WandbTracker(self.logger.project, self.logger.mode, self.logger.entity)
-        tracker.start(
+        started = tracker.start(
             run_path, run_path.name, config, run_id, group=self.logger.group, job_type=self.algorithm.name,
             tags=self.wandb_tags(),
         )
-        return tracker
+        return tracker if started else None
 
     def wandb_tags(self) -> list[str]:
         """The dataset, partition (with beta or zeta) and pool, then ``logger.tags``."""

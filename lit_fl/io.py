@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from lit_fl.faultpoints import fault_point
 
 
 def _atomic(path: Path, write: Any) -> None:
@@ -18,6 +22,7 @@ def _atomic(path: Path, write: Any) -> None:
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
+        fault_point(f"write:{path.name}")  # tests: kill -9 inside the write of this file
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the file the mode a plain open() would
         os.replace(tmp, path)
     except BaseException:
@@ -39,3 +44,18 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def strict_json(value: Any) -> str:
+    """``value`` as strict JSON that any parser reads: NaN and infinities become ``null``."""
+    return json.dumps(_finite(value), indent=2, allow_nan=False) + "\n"
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value

@@ -10,6 +10,7 @@ value exits with status 2 and one line naming the key and what is allowed, befor
 from __future__ import annotations
 
 import sys
+import traceback
 from argparse import ArgumentError
 from collections.abc import Sequence
 from typing import Any
@@ -20,6 +21,7 @@ from lit_fl.algorithms import __all__ as _algorithm_names
 from lit_fl.cli_errors import one_line
 from lit_fl.configs import resolve_config
 from lit_fl.data.torchvision_sets import DatasetNotFoundError
+from lit_fl.errors import ConfigError
 from lit_fl.experiment import Experiment
 
 _BASES = ("Algorithm", "DecentralizedAlgorithm", "RoundResult", "PartialTraining")
@@ -38,31 +40,61 @@ def fit_parser() -> ArgumentParser:
     return parser
 
 
-def fit(cfg: Namespace, parser: ArgumentParser) -> dict[str, Any]:
+#: exit codes of ``lit-fl fit``
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_ABORTED = 0, 1, 2, 75, 130
+
+
+def prepare(cfg: Namespace, parser: ArgumentParser) -> tuple[Experiment, dict[str, Any], str | None]:
+    """The experiment, its resolved config (for config.yaml) and the run to resume; every check that needs no
+    data runs here, so bad input is refused before anything heavy starts."""
+    import yaml
+
+    from lit_fl.validation import check_experiment, check_finite
+
     resume = cfg.pop("resume", None)
     cfg.pop("config", None)
+    check_finite(cfg)
     resolved = parser.dump(cfg, skip_none=False, format="yaml")
     init = parser.instantiate_classes(cfg)
     experiment = Experiment(**{k: v for k, v in init.items()})
-    import yaml
+    check_experiment(experiment, resume)
+    return experiment, yaml.safe_load(resolved), resume
 
-    return experiment.fit(yaml.safe_load(resolved), resume=resume)
+
+def fit(cfg: Namespace, parser: ArgumentParser) -> dict[str, Any]:
+    experiment, resolved, resume = prepare(cfg, parser)
+    return experiment.fit(resolved, resume=resume)
 
 
 def main(argv: Sequence[str]) -> int:
-    """``lit-fl fit ARGV``: 0 completed or interrupted, 1 failed, 2 bad input, 130 aborted."""
+    """``lit-fl fit ARGV``. Exit status: 0 completed, 75 interrupted (Ctrl-C, SIGTERM, SIGUSR1: resume it), 1 failed
+    (a crash: the traceback is printed, summary.json says failed, the last checkpoint stays), 2 bad input (one
+    line, nothing written), 130 aborted (a second Ctrl-C)."""
     parser = fit_parser()
     try:
         cfg = parser.parse_args(resolve_config_files(argv))
-        summary = fit(cfg, parser)
-        _print_summary(summary)
-        return 0 if summary["status"] != "failed" else 1
-    except (ArgumentError, ValueError, TypeError, DatasetNotFoundError) as err:
-        print(f"lit-fl: error: {one_line(err, config_keys(), ALGORITHMS)}", file=sys.stderr)
-        return 2
+        experiment, resolved, resume = prepare(cfg, parser)
+    except (ArgumentError, ValueError, TypeError, DatasetNotFoundError) as err:  # the config, by construction
+        return _bad_input(err)
+    try:
+        summary = experiment.fit(resolved, resume=resume)
+    except (ConfigError, DatasetNotFoundError) as err:  # refused while building, before anything was written
+        return _bad_input(err)
     except KeyboardInterrupt:
-        print("lit-fl: aborted", file=sys.stderr)
-        return 130
+        print("lit-fl: aborted (the last checkpoint stays: continue with --resume)", file=sys.stderr)
+        return EXIT_ABORTED
+    except Exception as err:  # noqa: BLE001 - a bug or a runtime failure: full evidence, never a config error
+        traceback.print_exc()
+        print(f"lit-fl: error: the run failed ({type(err).__name__}); summary.json records it and the last "
+              "checkpoint stays", file=sys.stderr)
+        return EXIT_FAILED
+    _print_summary(summary)
+    return {"completed": EXIT_OK, "interrupted": EXIT_INTERRUPTED}.get(summary["status"], EXIT_FAILED)
+
+
+def _bad_input(err: BaseException) -> int:
+    print(f"lit-fl: error: {one_line(err, config_keys(), ALGORITHMS)}", file=sys.stderr)
+    return EXIT_BAD_INPUT
 
 
 def resolve_config_files(argv: Sequence[str]) -> list[str]:

@@ -1,4 +1,4 @@
-"""``RoundLoop``: rounds, evaluation, logging, checkpoints and a graceful Ctrl-C."""
+"""``RoundLoop``: rounds, evaluation, logging, checkpoints, and a graceful stop on Ctrl-C, SIGTERM or SIGUSR1."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from lit_fl.faultpoints import fault_point
 from lit_fl.federation.evaluation import Evaluator
 from lit_fl.federation.ledger import CommunicationLedger
 from lit_fl.federation.state import Federation
@@ -34,9 +35,9 @@ class RoundLoop:
     """Runs rounds ``federation.round + 1 .. rounds``.
 
     After each round: evaluate (every ``eval_every`` rounds and at the last), send the metric row to every
-    sink (metrics.csv, W&B, progress), checkpoint every ``checkpoint_every`` rounds. The first Ctrl-C lets
-    the running round finish, checkpoints it and stops; a second one aborts at once (the last checkpoint
-    on disk stays intact because checkpoints are written atomically).
+    sink (metrics.csv, W&B, progress), checkpoint every ``checkpoint_every`` rounds. The first Ctrl-C (or SIGTERM,
+    SIGUSR1) lets the running round finish, checkpoints it and stops; a second one aborts at once (the last
+    checkpoint on disk stays intact because checkpoints are written atomically).
     """
 
     def __init__(
@@ -58,6 +59,7 @@ class RoundLoop:
         self.save_checkpoint = save_checkpoint
         self.sinks = sinks or []
         self._stop_requested = False
+        self.stop_signal: str | None = None  # the signal that stopped the run (SIGINT, SIGTERM, SIGUSR1)
 
     def run(self) -> LoopOutcome:
         history: list[dict[str, float]] = []
@@ -79,6 +81,7 @@ class RoundLoop:
         start = time.perf_counter()
         result = self.algorithm.run_round(round_, self.federation, self.runner, self.ledger)
         round_s = time.perf_counter() - start
+        fault_point(f"round:{round_}")
         self.federation.round = round_
         if round_ % self.eval_every != 0 and round_ != self.rounds:
             for sink in self.sinks:
@@ -113,18 +116,29 @@ class RoundLoop:
         loop = self
 
         class _Guard:
+            """SIGINT (Ctrl-C), SIGTERM (SLURM, ``timeout``, ``docker stop``, Kubernetes) and SIGUSR1 (SLURM's
+            ``--signal``): the first one lets the round finish, checkpoint and stop; a second one aborts."""
+
             def __enter__(self) -> None:
-                self.previous = None
+                self.previous: dict[int, Any] = {}
                 if threading.current_thread() is threading.main_thread():
-                    self.previous = signal.signal(signal.SIGINT, self._handle)
+                    for signum in STOP_SIGNALS:
+                        self.previous[signum] = signal.signal(signum, self._handle)
 
             def _handle(self, signum: int, frame: Any) -> None:
                 if loop._stop_requested:
                     raise KeyboardInterrupt
                 loop._stop_requested = True
+                loop.stop_signal = signal.Signals(signum).name
 
             def __exit__(self, *exc: Any) -> None:
-                if self.previous is not None:
-                    signal.signal(signal.SIGINT, self.previous)
+                for signum, previous in self.previous.items():
+                    signal.signal(signum, previous)
 
         return _Guard()
+
+
+#: Signals that stop a run after the current round with a checkpoint.
+STOP_SIGNALS: tuple[int, ...] = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGUSR1") if hasattr(signal, name)
+)

@@ -77,7 +77,7 @@ class Topology:
             return 1
         distance = int(self.distances(a)[b])
         if distance < 0:
-            raise ConfigError(f"client {b} cannot be reached from client {a} on the {self.name} topology")
+            raise ValueError(f"client {b} cannot be reached from client {a} on the {self.name} topology")
         return distance
 
     def distances(self, source: int) -> np.ndarray:

@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import netrc
 import os
+import sys
 from pathlib import Path
 from typing import Any, Literal
+
+#: seconds ``wandb.init`` may take before the run goes on without W&B
+INIT_TIMEOUT_S = float(os.environ.get("LIT_FL_WANDB_INIT_TIMEOUT", "60"))
 
 WandbMode = Literal["auto", "offline", "online", "disabled"]
 
@@ -49,44 +53,82 @@ class WandbTracker:
         group: str | None = None,
         job_type: str | None = None,
         tags: list[str] | None = None,
-    ) -> str:
+    ) -> bool:
         """Start (or, with ``run_id``, continue) the run. ``round`` is the step metric of every logged key, so
-        W&B charts use rounds on the x axis and any chart can switch to ``comm_mb`` (logged in every row)."""
-        import wandb
+        W&B charts use rounds on the x axis and any chart can switch to ``comm_mb`` (logged in every row).
 
-        self.run = wandb.init(
-            project=self.project,
-            entity=self.entity,
-            name=name,
-            id=run_id,
-            resume="allow" if run_id else None,
-            dir=str(run_dir),
-            config=config,
-            group=group,
-            job_type=job_type,
-            tags=tags or None,
-            mode=resolve_mode(self.mode),
-            settings=wandb.Settings(console="off", silent=True),
-        )
-        self.run.define_metric("round")
-        self.run.define_metric("*", step_metric="round")
-        return self.run.id
+        Returns False, after one warning line, when W&B cannot start (unreachable server, bad key): the run
+        goes on without it, metrics.csv and summary.json stay complete.
+        """
+        try:
+            import wandb
+
+            self.run = wandb.init(
+                project=self.project,
+                entity=self.entity,
+                name=name,
+                id=run_id,
+                resume="allow" if run_id else None,
+                dir=str(run_dir),
+                config=config,
+                group=group,
+                job_type=job_type,
+                tags=tags or None,
+                mode=resolve_mode(self.mode),
+                settings=wandb.Settings(console="off", silent=True, init_timeout=INIT_TIMEOUT_S),
+            )
+            self.run.define_metric("round")
+            self.run.define_metric("*", step_metric="round")
+        except Exception as err:  # noqa: BLE001 - any W&B failure must not cost the run
+            self._off(err)
+            return False
+        return True
+
+    @property
+    def run_id(self) -> str | None:
+        return None if self.run is None else self.run.id
 
     def log(self, metrics: dict[str, float], round_: int) -> None:
-        self.run.log({**metrics, "round": round_}, step=round_)
+        if self.run is None:
+            return
+        try:
+            self.run.log({**metrics, "round": round_}, step=round_)
+        except Exception as err:  # noqa: BLE001
+            self._off(err)
 
     def summarize(self, summary: dict[str, Any]) -> None:
-        for key, value in _flatten(summary).items():
-            self.run.summary[key] = value
+        if self.run is None:
+            return
+        try:
+            for key, value in _flatten(summary).items():
+                self.run.summary[key] = value
+        except Exception as err:  # noqa: BLE001
+            self._off(err)
 
     def finish(self, exit_code: int = 0) -> None:
         """Finish the run and wait until W&B has written it (offline runs are complete on disk after this)."""
-        import wandb
+        if self.run is None:
+            return
+        try:
+            import wandb
 
-        if self.run is not None:
             self.run.finish(exit_code=exit_code)
-            self.run = None
             wandb.teardown()
+        except Exception as err:  # noqa: BLE001
+            self._off(err)
+        self.run = None
+
+    def _off(self, err: BaseException) -> None:
+        """One warning line, then no more W&B calls in this run."""
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        print(f"lit-fl: warning: W&B is off for this run ({type(err).__name__}: {reason}); "
+              "metrics.csv and summary.json are complete", file=sys.stderr)
+        run, self.run = self.run, None
+        if run is not None:
+            try:
+                run.finish(exit_code=1, quiet=True)
+            except Exception:  # noqa: BLE001, S110 - already off
+                pass
 
 
 def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -1,0 +1,128 @@
+"""Checks of a whole ``lit-fl fit`` config that no single section can make: finite numbers everywhere, a
+federation the data can give every client a train and a validation sample, a topology the clients can form, an
+accelerator that is there, a run name and folder that can be written. They run before any data is loaded or
+model built, and each failure is one :class:`ConfigError` line naming the dotted key and what is allowed.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from lit_fl.errors import ConfigError
+
+#: train-set sizes of the registered datasets that are known without loading them
+TRAIN_SIZES = {"mnist5k": 4000, "digits": 1438, "cifar10": 50_000, "cifar100": 50_000, "fmnist": 60_000,
+               "mnist": 60_000, "svhn": 73_257}
+ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps", "tpu")
+_NAME = re.compile(r"^[A-Za-z0-9_.+=-]+$")
+
+
+def check_finite(namespace: Any, prefix: str = "") -> None:
+    """Every float of the parsed config is finite (nan and inf pass ``>`` and ``<`` checks silently)."""
+    items = namespace.items() if hasattr(namespace, "items") else vars(namespace).items()
+    for key, value in items:
+        name = f"{prefix}{key}".replace(".init_args", "")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{name}: must be a finite number, got {value}")
+        nested = hasattr(value, "__dict__") and type(value).__module__.startswith("jsonargparse")
+        if hasattr(value, "items") or nested:
+            check_finite(value, f"{name}.")
+        elif isinstance(value, (list, tuple)):
+            for i, item in enumerate(value):
+                if isinstance(item, float) and not math.isfinite(item):
+                    raise ConfigError(f"{name}[{i}]: must be a finite number, got {item}")
+
+
+def check_experiment(experiment: Any, resume: str | None) -> None:
+    check_run_location(experiment, resume)
+    check_accelerator(experiment.trainer.accelerator)
+    check_federation(experiment)
+
+
+def check_run_location(experiment: Any, resume: str | None) -> None:
+    """A run name is one plain folder name; the run folder can be created and written."""
+    if resume:
+        return
+    name = experiment.name
+    if name is not None and (not _NAME.match(name) or name in (".", "..")):
+        raise ConfigError(
+            f"name: {name!r} is not allowed; allowed: one folder name of letters, digits and _ . + = - "
+            "(no path separators, not . or ..)"
+        )
+    run_dir = Path(experiment.run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError(f"run_dir: {run_dir} exists and is not a folder")
+    parent = run_dir
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"run_dir: cannot create or write {run_dir} ({parent} is not a writable folder)")
+
+
+def check_accelerator(accelerator: str) -> None:
+    """The accelerator asked for is there (``auto`` always is)."""
+    if accelerator not in ACCELERATORS:
+        raise ConfigError(f"trainer.accelerator: {accelerator!r} is not allowed; allowed: {', '.join(ACCELERATORS)}")
+    if accelerator in ("gpu", "cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(f"trainer.accelerator: {accelerator} asked for, but no CUDA GPU is visible here; "
+                              "allowed here: auto, cpu")
+    elif accelerator == "mps":
+        import torch
+
+        if sys.platform != "darwin" or not torch.backends.mps.is_available():
+            raise ConfigError("trainer.accelerator: mps needs Apple silicon with macOS; allowed here: auto, cpu")
+    elif accelerator == "tpu":
+        try:
+            import torch_xla  # noqa: F401
+        except ImportError:
+            raise ConfigError("trainer.accelerator: tpu needs torch_xla, which is not installed; allowed here: "
+                              "auto, cpu") from None
+
+
+def check_federation(experiment: Any) -> None:
+    """Enough data for every client, a topology the clients can form, senders the topology can give."""
+    data, topology = experiment.data, experiment.topology
+    n = data.num_clients
+    size = train_size(data.dataset, data.options)
+    if size is not None:
+        usable = size - int(round(data.server_fraction * size))
+        per_client = 2 if data.val_fraction > 0 else 1
+        if n * per_client > usable:
+            raise ConfigError(
+                f"data.num_clients: {n} clients need at least {per_client * n} samples (one train"
+                f"{' and one validation' if per_client == 2 else ''} each); {data.dataset} gives {usable}; "
+                f"allowed: at most {usable // per_client}"
+            )
+        if data.partition == "shards" and n * data.zeta > usable:
+            raise ConfigError(
+                f"data.zeta: {n} clients x {data.zeta} shards = {n * data.zeta} shards of {usable} samples; "
+                f"allowed: at most {usable // n} shards per client"
+            )
+    if topology.name == "regular" and (topology.degree >= n or (n * topology.degree) % 2):
+        raise ConfigError(
+            f"topology.degree: a {topology.degree}-regular graph on {n} clients needs degree < {n} and "
+            f"N x degree even"
+        )
+    if topology.name == "two_group" and n < 4:
+        raise ConfigError(f"data.num_clients: the two_group topology needs at least 4 clients, got {n}")
+    fixed = getattr(experiment.algorithm, "fixed_aggregator", None)
+    if fixed is not None and fixed >= n:
+        raise ConfigError(f"algorithm.fixed_aggregator: {fixed} is not a client id; allowed: 0..{n - 1}")
+    if hasattr(experiment.algorithm, "sender_fraction") and n < 2:
+        raise ConfigError(f"data.num_clients: {experiment.algorithm.name} needs an aggregator and a sender: at "
+                          "least 2 clients")
+
+
+def train_size(dataset: str, options: dict[str, Any]) -> int | None:
+    """The number of train samples of ``dataset`` without loading it (None when unknown)."""
+    if dataset == "synthetic":
+        return int(options.get("num_train", 2000))
+    return TRAIN_SIZES.get(dataset)
