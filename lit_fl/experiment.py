@@ -90,11 +90,12 @@ class Experiment:
     # -- paths -----------------------------------------------------------------------------------------
 
     def resolve_run_path(self, resume: str | None) -> Path:
-        """The run directory; checks it without touching anything on disk."""
+        """The run directory; checks it without touching anything on disk. A run directory without a checkpoint
+        (stopped before its first round ended) resumes from round 0."""
         if resume:
             path = Path(resume)
-            if not (path / "checkpoints" / "last.ckpt").is_file():
-                raise ConfigError(f"--resume: no checkpoint at {path / 'checkpoints' / 'last.ckpt'}")
+            if not path.is_dir() or not ((path / "checkpoints" / "last.ckpt").is_file() or _started_here(path)):
+                raise ConfigError(f"--resume: no run directory with a checkpoint at {path}")
             return path
         name = self.name or f"{self.algorithm.name.lower()}-{self.data.dataset}-{datetime.now():%Y%m%d-%H%M%S}"
         path = self.run_dir / name
@@ -131,7 +132,7 @@ class Experiment:
         ledger = CommunicationLedger()
         ckpt_path = run_path / "checkpoints" / "last.ckpt"
         extra: dict[str, Any] = {}
-        if resume:
+        if resume and ckpt_path.is_file():
             extra = load_checkpoint(ckpt_path, federation, self.algorithm, ledger)
         run_path.mkdir(parents=True, exist_ok=True)
         config = {**config, "run_dir": str(run_path.parent), "name": run_path.name}
@@ -245,6 +246,14 @@ def _best_server(rows: list[dict[str, float]]) -> dict[str, Any]:
         best = max(rows, key=lambda r: r.get(key, -1.0))
         out[f"best_{key}"] = {"value": best[key], "round": int(best["round"])}
     return out
+
+
+def _started_here(path: Path) -> bool:
+    """A lit-fl run directory killed before its first checkpoint: it holds nothing but what a run writes first."""
+    names = {p.name for p in path.iterdir()}
+    return names <= {"config.yaml", "checkpoints", "metrics.csv", "wandb"} | {
+        n for n in names if n.startswith(".config.yaml.")
+    }
 
 
 def _check_resume_config(run_path: Path, config: dict[str, Any]) -> None:

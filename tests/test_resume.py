@@ -147,30 +147,32 @@ def test_resume_with_changed_config_is_refused(
     assert snapshot(tmp_path) == before
 
 
-def test_ctrl_c_stops_after_the_round_and_resumes_exactly(
-    root: Path, uninterrupted: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGUSR1], ids=lambda s: s.name)
+def test_ctrl_c_sigterm_sigusr1_stop_after_the_round_and_resume_exactly(
+    root: Path, uninterrupted: dict[str, Path], monkeypatch: pytest.MonkeyPatch, signum: signal.Signals
 ) -> None:
+    """Ctrl-C, and the pre-emption signals of SLURM, timeout, docker stop and Kubernetes."""
     full = uninterrupted["DFML"]
-    run = root / "runs" / "ctrl-c"
+    run = root / "runs" / f"stop-{signum.name}"
     original = DFML.run_round
     sent: list[int] = []
 
     def run_round(self: DFML, round_: int, *args: Any, **kwargs: Any) -> Any:
         if round_ == 2 and not sent:
             sent.append(round_)
-            os.kill(os.getpid(), signal.SIGINT)  # the user presses Ctrl-C during round 2
+            os.kill(os.getpid(), signum)  # Ctrl-C or pre-emption during round 2
         return original(self, round_, *args, **kwargs)
 
     monkeypatch.setattr(DFML, "run_round", run_round)
-    handler = signal.getsignal(signal.SIGINT)
+    handler = signal.getsignal(signum)
     result = run_cli("fit", "--config", root / "DFML.yaml", "--run_dir", root / "runs", "--name", run.name)
     assert sent == [2]
-    assert signal.getsignal(signal.SIGINT) is handler  # the loop restores the previous handler
+    assert signal.getsignal(signum) is handler  # the loop restores the previous handler
     assert result.rc == 75, result.err  # interrupted: EX_TEMPFAIL, resume it
     assert result.out.startswith("interrupted: 2/4 rounds"), result.out
 
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["status"] == "interrupted"
+    assert summary["status"] == "interrupted" and summary["stop_signal"] == signum.name
     assert summary["rounds_completed"] == 2
     assert summary["final"]["round"] == 2
     assert [r["round"] for r in read_metrics(run / "metrics.csv")] == [1, 2]
