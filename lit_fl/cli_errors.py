@@ -12,6 +12,7 @@ _GROUP_UNKNOWN = re.compile(r"Group '([\w.]+)' does not accept option '([\w.]+)'
 _UNKNOWN = re.compile(r"(?:unrecognized arguments: --|does not accept option ')([\w.]+)")
 _CLASS_PATH = re.compile(r"Problem with given class_path '([\w.]+)'")
 _NOT_ACCEPTED = re.compile(r"Option '([\w.]+)' is not accepted")
+_UNION = re.compile(r"Subtypes: \[(.*?)\].*?Given value: (.*)", re.S)
 _OURS = re.compile(r"((?:--)?[a-z_]+(?:\.[a-z_]+)*(?::| must\b| was\b| has\b| is\b).*)")
 
 
@@ -26,6 +27,10 @@ def one_line(err: BaseException, known_keys: Iterable[str] = (), algorithms: Ite
     key = ".".join(keys) if keys else None
     if (m := _TYPE.search(text)) and m.group(2).strip().lower().lstrip("+-") in ("nan", "inf", "infinity"):
         return f"{key}: must be a finite number, got {m.group(2).strip()!r}"
+    if "Union subtypes" in text and (m := _UNION.search(text)) and not _OURS_IN(text):
+        types = [t.split("'")[1] for t in m.group(1).split(",") if "'" in t]
+        allowed = " or ".join("null" if t == "NoneType" else t for t in types)
+        return f"{key}: expected {allowed}, got {m.group(2).strip().splitlines()[0]!r}"
     if m := _GROUP_UNKNOWN.search(text):
         return _unknown_key(f"{m.group(1)}.{m.group(2)}", list(known_keys))
     if m := _UNKNOWN.search(text):
@@ -77,3 +82,8 @@ def init_args(class_path: str) -> list[str]:
             if param.name != "self" and param.kind not in (param.VAR_KEYWORD, param.VAR_POSITIONAL):
                 names.append(param.name)
     return sorted(dict.fromkeys(names))
+
+
+def _OURS_IN(text: str) -> bool:  # noqa: N802
+    """Whether a Union error wraps one of lit-fl's own messages (then that message is the clearer line)."""
+    return any(" must " in line or "allowed:" in line for line in text.splitlines()[1:])
