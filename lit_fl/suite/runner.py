@@ -157,7 +157,7 @@ def _finished_status(sweep_dir: Path, run: SweepRun, returncode: int) -> str:
         status = None
     if status in ("completed", "interrupted", "failed"):
         return status
-    return "interrupted" if returncode in (130, -signal.SIGINT, -signal.SIGTERM) else "failed"
+    return "interrupted" if returncode in (75, 130, -signal.SIGINT, -signal.SIGTERM) else "failed"
 
 
 def _result(sweep_dir: Path, run: SweepRun) -> str:
