@@ -57,15 +57,9 @@ class Algorithm(ABC):
             raise ConfigError(f"algorithm.loss must be one of wsm, ce; got {loss!r}")
         if batch_size < 1:
             raise ConfigError(f"algorithm.batch_size must be >= 1, got {batch_size}")
-        if lr <= 0:
-            raise ConfigError(f"algorithm.lr must be > 0, got {lr}")
-        if not 0 <= momentum < 1:
-            raise ConfigError(f"algorithm.momentum must be in [0, 1), got {momentum}")
-        if weight_decay < 0:
-            raise ConfigError(f"algorithm.weight_decay must be >= 0, got {weight_decay}")
         self.local_epochs = local_epochs
         self.loss: SupervisedLoss = loss
-        self.optimizer = SGDConfig(lr=lr, momentum=momentum, weight_decay=weight_decay)
+        self.optimizer = SGDConfig(lr=lr, momentum=momentum, weight_decay=weight_decay, key="algorithm.")
         self.batch_size = batch_size
 
     @property

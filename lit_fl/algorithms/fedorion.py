@@ -142,14 +142,8 @@ class FedORION(Algorithm):
                 f"algorithm.student_running_stats must be one of {', '.join(STUDENT_RUNNING_STATS)}; "
                 f"got {student_running_stats!r}"
             )
-        if server_lr <= 0:
-            raise ConfigError(f"algorithm.server_lr must be > 0, got {server_lr}")
         if global_lr <= 0:
             raise ConfigError(f"algorithm.global_lr must be > 0, got {global_lr}")
-        if not 0 <= server_momentum < 1:
-            raise ConfigError(f"algorithm.server_momentum must be in [0, 1), got {server_momentum}")
-        if server_weight_decay < 0:
-            raise ConfigError(f"algorithm.server_weight_decay must be >= 0, got {server_weight_decay}")
         if aggregation not in ("uniform", "samples"):
             raise ConfigError(f"algorithm.aggregation must be one of uniform, samples; got {aggregation!r}")
         if kl_weight < 0:
@@ -161,8 +155,8 @@ class FedORION(Algorithm):
         self.server_epochs = server_epochs
         self.noise_steps = noise_steps
         self.noise_batch_size = noise_batch_size
-        self.global_optimizer = SGDConfig(lr=global_lr, momentum=momentum, weight_decay=weight_decay)
-        self.server_optimizer = SGDConfig(lr=server_lr, momentum=server_momentum, weight_decay=server_weight_decay)
+        self.global_optimizer = SGDConfig(global_lr, momentum, weight_decay, key="algorithm.global_")
+        self.server_optimizer = SGDConfig(server_lr, server_momentum, server_weight_decay, key="algorithm.server_")
         self.bn_stats: BNStats = bn_stats
         self.student_running_stats: StudentRunningStats = student_running_stats
         self.aggregation = aggregation

@@ -19,13 +19,16 @@ class SGDConfig:
     momentum: float = 0.9
     weight_decay: float = 5e-4
 
+    #: how errors name the three settings: ``{key}lr``, ``{key}momentum``, ``{key}weight_decay``
+    key: str = "optimizer."
+
     def __post_init__(self) -> None:
         if self.lr <= 0:
-            raise ConfigError(f"optimizer.lr must be > 0, got {self.lr}")
+            raise ConfigError(f"{self.key}lr must be > 0, got {self.lr}")
         if not 0 <= self.momentum < 1:
-            raise ConfigError(f"optimizer.momentum must be in [0, 1), got {self.momentum}")
+            raise ConfigError(f"{self.key}momentum must be in [0, 1), got {self.momentum}")
         if self.weight_decay < 0:
-            raise ConfigError(f"optimizer.weight_decay must be >= 0, got {self.weight_decay}")
+            raise ConfigError(f"{self.key}weight_decay must be >= 0, got {self.weight_decay}")
 
     def build(self, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
         """One SGD over ``params``. Over several models it equals one SGD per model (all per-parameter)."""
