@@ -23,7 +23,7 @@ def main(argv: Sequence[str]) -> int:
         out = Path(out_args[-1].split("=", 1)[1])
         argv = [a for a in argv if not a.startswith("--out=")]
     if "-h" in argv or "--help" in argv:
-        print(__doc__.strip())
+        print(__doc__.replace("``", "").strip())
         print("\nOptions: --out DIR (default ./partition) and every key of lit-fl fit (lit-fl fit --help).")
         return 0
     from lit_fl.cli_errors import one_line
