@@ -78,8 +78,8 @@ class ModelsConfig:
         same_init: every client of an architecture starts from the same initial weights (True) or from its
             own random initialisation (False); None = what the method's paper says (``paper_same_init`` of
             the algorithm: True for DFML and its baselines, Def-KT "all clients are initialized with the same
-            model", codistillation's FedAvg pools; False for FedORION, whose clients bring models of their
-            own, and UA-PDFL, where "each client C_i initializes its model parameters w_i^0").
+            model", codistillation's FedAvg pools; False for FedORION ("We randomly initialize the clients'
+            models", sec. 4.1) and UA-PDFL, where "each client C_i initializes its model parameters w_i^0").
     """
 
     pool: str | list[str] = "h2_cnn"

@@ -91,6 +91,22 @@ def test_agent_command_line_gives_the_same_config_as_the_local_sweep(tmp_path: P
     assert agent["seed"] == 0 and agent["rounds"] == 20
 
 
+def test_agent_order_keeps_algorithm_parameters_before_the_config(capsys) -> None:  # noqa: ANN001
+    """W&B's engine sorts parameters by name: ``--algorithm.init_args.*`` comes before ``--config``. The config
+    file must not undo them (lit-fl fit applies --config first wherever it stands)."""
+    from lit_fl.cli import main
+    from lit_fl.suite.engine import agent_args
+
+    argv = agent_args({"algorithm.init_args.alpha_schedule": "fixed", "algorithm.init_args.loss": "ce",
+                       "algorithm.init_args.weighted_kl": False, "config": "experiments/mnist5k/dfml.yaml"})
+    assert argv[-1].startswith("--config=")
+    with pytest.raises(SystemExit):
+        main(["fit", *argv, "--print_config"])
+    init_args = yaml.safe_load(capsys.readouterr().out)["algorithm"]["init_args"]
+    assert (init_args["alpha_schedule"], init_args["loss"], init_args["weighted_kl"]) == ("fixed", "ce", False)
+    assert init_args["mutual_epochs"] == 2  # and the config file's own values are there
+
+
 def _local_command(path: Path, tmp_path: Path) -> list[str]:
     from lit_fl.suite.plan import plan_sweep
     from lit_fl.suite.sweep_file import load_sweep_file

@@ -62,8 +62,8 @@ GLOBAL_ARCH = "global_arch"
 
 
 class FedORION(Algorithm):
-    """Clients initialise their models independently (``paper_same_init = False``): FedORION "allows clients
-    and server to have a model of their choice" (sec. 1) and names no shared initialisation.
+    """Clients initialise their models independently (``paper_same_init = False``): "We randomly initialize the
+    clients' models" (FedORION sec. 4.1).
 
     Args:
     global_arch: architecture of the global model; None = the smallest of the pool by parameter count.
