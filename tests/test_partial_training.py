@@ -203,16 +203,20 @@ def test_federated_dropout_round_gives_everyone_a_slice_of_the_same_global() -> 
     algo = FederatedDropout(sender_fraction=1.0, lr=0.05)
     algo.setup(fed)
     participants = list(fed.clients)
+    glob, plans = _dropout_round(algo, fed, participants)
+    for client, plan in zip(participants, plans):
+        assert same_weights(extract(glob, shapes(client.model.state_dict()), plan), client.model.state_dict())
+
+
+def _dropout_round(algo: FederatedDropout, fed, participants: list) -> tuple[dict, list]:  # noqa: ANN001
+    """Round 1's new global weights and, replayed from the same random state, every participant's slice plan."""
     rng_state = fed.rng.algorithm.bit_generator.state
     glob = algo.aggregate_and_split(1, fed, participants)
-    fed.rng.algorithm.bit_generator.state = rng_state  # replay the round's draw
-    big = next(c for c in participants if c.arch == BIG)
-    global_views = view_shapes(big.model)
+    fed.rng.algorithm.bit_generator.state = rng_state  # replay the round's draws
+    global_views = view_shapes(next(c for c in participants if c.arch == BIG).model)
     views = [view_shapes(c.model) for c in participants]
     rules = algo.index_rules(1, fed, global_views, views)
-    for client, rule in zip(participants, rules):
-        plan = slice_plan(global_views, view_shapes(client.model), rule)
-        assert same_weights(extract(glob, shapes(client.model.state_dict()), plan), client.model.state_dict())
+    return glob, [slice_plan(global_views, v, r) for v, r in zip(views, rules)]
 
 
 def test_federated_dropout_draws_indices_per_participant_and_averages_over_covering_ones() -> None:
@@ -226,13 +230,7 @@ def test_federated_dropout_draws_indices_per_participant_and_averages_over_cover
         for value, client in enumerate(participants, start=1):
             for param in client.model.state_dict().values():
                 param.fill_(float(value))
-    rng_state = fed.rng.algorithm.bit_generator.state
-    glob = algo.aggregate_and_split(1, fed, participants)
-    fed.rng.algorithm.bit_generator.state = rng_state  # replay the round's draws
-    big = next(c for c in participants if c.arch == BIG)
-    global_views = view_shapes(big.model)
-    views = [view_shapes(c.model) for c in participants]
-    plans = [slice_plan(global_views, v, r) for v, r in zip(views, algo.index_rules(1, fed, global_views, views))]
+    glob, plans = _dropout_round(algo, fed, participants)
     small = [i for i, c in enumerate(participants) if c.arch == SMALL]
     assert len(small) == 3
     key = next(k for k, sl in plans[small[0]].items() if not sl.whole)
