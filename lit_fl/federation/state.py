@@ -6,7 +6,6 @@ Client state lives here, not in Lightning objects (DESIGN). A checkpoint is :met
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -19,38 +18,77 @@ from lit_fl.federation.topology import Topology, mesh
 from lit_fl.models import num_parameters
 
 
-@dataclass
 class Client:
     """One client: its regular model, optional frozen peak model and local weight ``alpha_n``.
 
     ``extras`` holds further models of a method (e.g. FML's ``meme``), evaluated as ``global_acc_<name>``;
     bump ``extra_versions[name]`` when one changes. ``version``/``peak_version`` count changes of the two
-    models; ``peak_source`` is the regular ``version``
-    the peak was copied from. The evaluator re-evaluates a model only when its version moved, and a peak
-    copied from an already evaluated regular model reuses that accuracy.
+    models; ``peak_source`` is the regular ``version`` the peak was copied from.
+
+    **Copy on write.** ``peak_n = W_n`` does not copy: the peak shares the regular model's storage until the
+    regular model is about to change, so a client that does not take part in a round costs one model, not two.
+    Reading :attr:`model` is that moment: it gives the peak a copy of its own first, because whoever asks for
+    the regular model may train it. Code that only reads (evaluation, checkpoints) uses :attr:`regular_model`,
+    which never copies. The peak is frozen: read it, never train it.
     """
 
-    id: int
-    arch: str
-    model: nn.Module
-    train_idx: Tensor
-    val_idx: Tensor
-    class_proportions: Tensor
-    peak: nn.Module | None = None
-    alpha_peak: float = 0.0
-    version: int = 0
-    peak_version: int = 0
-    peak_source: int = -1
-    extras: dict[str, nn.Module] = field(default_factory=dict)
-    extra_versions: dict[str, int] = field(default_factory=dict)
-    num_params: int = field(init=False)
+    def __init__(
+        self,
+        id: int,  # noqa: A002 - the paper's client index n
+        arch: str,
+        model: nn.Module,
+        train_idx: Tensor,
+        val_idx: Tensor,
+        class_proportions: Tensor,
+        peak: nn.Module | None = None,
+        alpha_peak: float = 0.0,
+        version: int = 0,
+        peak_version: int = 0,
+        peak_source: int = -1,
+        extras: dict[str, nn.Module] | None = None,
+        extra_versions: dict[str, int] | None = None,
+    ) -> None:
+        self.id, self.arch = id, arch
+        self._model = model
+        self.train_idx, self.val_idx, self.class_proportions = train_idx, val_idx, class_proportions
+        self._peak = peak  # the peak's own storage; None while it shares the regular model's
+        self._peak_shared = False
+        self.alpha_peak = alpha_peak
+        self.version, self.peak_version, self.peak_source = version, peak_version, peak_source
+        self.extras: dict[str, nn.Module] = extras if extras is not None else {}
+        self.extra_versions: dict[str, int] = extra_versions if extra_versions is not None else {}
+        self.num_params = num_parameters(model)
 
-    def __post_init__(self) -> None:
-        self.num_params = num_parameters(self.model)
+    def __repr__(self) -> str:
+        return f"Client(id={self.id}, arch={self.arch!r}, version={self.version}, num_train={self.num_train})"
 
     @property
     def num_train(self) -> int:
         return len(self.train_idx)
+
+    @property
+    def model(self) -> nn.Module:
+        """The regular model ``W_n``, for training or sending: a peak sharing it gets its own copy first."""
+        if self._peak_shared:
+            self._peak = copy.deepcopy(self._model).requires_grad_(False)
+            self._peak_shared = False
+        return self._model
+
+    @property
+    def regular_model(self) -> nn.Module:
+        """The regular model for reading only (evaluation, checkpoints): never copies a shared peak."""
+        return self._model
+
+    @property
+    def peak(self) -> nn.Module | None:
+        """The peak model ``peak_n`` (DFML Algorithm 1), ``None`` before the first :meth:`update_peak`. Read only:
+        while it shares storage this *is* the regular model object."""
+        return self._model if self._peak_shared else self._peak
+
+    @property
+    def peak_shared(self) -> bool:
+        """Whether the peak currently shares the regular model's storage (they are equal)."""
+        return self._peak_shared
 
     def set_weights(self, state: dict[str, Tensor]) -> None:
         """Replace the regular model's weights (a received model) and mark it changed."""
@@ -62,11 +100,8 @@ class Client:
         self.version += 1
 
     def update_peak(self, alpha: float) -> None:
-        """``peak_n = W_n`` (a frozen copy) and ``alpha_n = alpha`` (DFML Algorithm 1, last lines)."""
-        if self.peak is None:
-            self.peak = copy.deepcopy(self.model).requires_grad_(False)
-        else:
-            self.peak.load_state_dict(self.model.state_dict())
+        """``peak_n = W_n`` and ``alpha_n = alpha`` (DFML Algorithm 1, last lines); shares storage (no copy)."""
+        self._peak, self._peak_shared = None, True
         self.alpha_peak = alpha
         self.peak_version += 1
         self.peak_source = self.version
@@ -77,7 +112,41 @@ class Client:
 
     def reported_model(self) -> nn.Module:
         """The model whose accuracy is reported: the peak model when there is one (DFML sec. 4.1)."""
-        return self.peak if self.peak is not None else self.model
+        peak = self.peak
+        return peak if peak is not None else self._model
+
+    def state_dict(self) -> dict[str, Any]:
+        """Weights and counters; a peak that shares the regular model's storage is stored once."""
+        return {
+            "model": self._model.state_dict(),
+            "peak": None if self._peak_shared or self._peak is None else self._peak.state_dict(),
+            "peak_shared": self._peak_shared,
+            "alpha_peak": self.alpha_peak,
+            "version": self.version,
+            "peak_version": self.peak_version,
+            "peak_source": self.peak_source,
+            "extras": {name: m.state_dict() for name, m in self.extras.items()},
+            "extra_versions": dict(self.extra_versions),
+        }
+
+    def load_state_dict(self, saved: dict[str, Any]) -> None:
+        self._model.load_state_dict(saved["model"])
+        if saved.get("peak_shared"):
+            self._peak, self._peak_shared = None, True
+        elif saved["peak"] is not None:
+            if self._peak is None or self._peak_shared:
+                self._peak = copy.deepcopy(self._model).requires_grad_(False)
+            self._peak_shared = False
+            self._peak.load_state_dict(saved["peak"])
+        else:
+            self._peak, self._peak_shared = None, False
+        self.alpha_peak = float(saved["alpha_peak"])
+        self.version = int(saved["version"])
+        self.peak_version = int(saved["peak_version"])
+        self.peak_source = int(saved["peak_source"])
+        for name, extra_state in saved["extras"].items():
+            self.extras[name].load_state_dict(extra_state)
+        self.extra_versions = dict(saved["extra_versions"])
 
 
 class RandomStreams:
@@ -158,19 +227,7 @@ class Federation:
             "rng": self.rng.state_dict(),
             "server": {name: m.state_dict() for name, m in self.server.items()},
             "server_versions": dict(self.server_versions),
-            "clients": [
-                {
-                    "model": c.model.state_dict(),
-                    "peak": None if c.peak is None else c.peak.state_dict(),
-                    "alpha_peak": c.alpha_peak,
-                    "version": c.version,
-                    "peak_version": c.peak_version,
-                    "peak_source": c.peak_source,
-                    "extras": {name: m.state_dict() for name, m in c.extras.items()},
-                    "extra_versions": dict(c.extra_versions),
-                }
-                for c in self.clients
-            ],
+            "clients": [c.state_dict() for c in self.clients],
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -182,15 +239,4 @@ class Federation:
             self.server[name].load_state_dict(server_state)
         self.server_versions = dict(state["server_versions"])
         for client, saved in zip(self.clients, state["clients"]):
-            client.model.load_state_dict(saved["model"])
-            if saved["peak"] is not None:
-                if client.peak is None:
-                    client.peak = copy.deepcopy(client.model).requires_grad_(False)
-                client.peak.load_state_dict(saved["peak"])
-            client.alpha_peak = float(saved["alpha_peak"])
-            client.version = int(saved["version"])
-            client.peak_version = int(saved["peak_version"])
-            client.peak_source = int(saved["peak_source"])
-            for name, extra_state in saved["extras"].items():
-                client.extras[name].load_state_dict(extra_state)
-            client.extra_versions = dict(saved["extra_versions"])
+            client.load_state_dict(saved)
