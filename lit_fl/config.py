@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from lit_fl.data.partition import PARTITIONS
 from lit_fl.errors import ConfigError
-from lit_fl.steps.runner import PRECISIONS
+from lit_fl.steps.precision import PRECISIONS
 
 
 @dataclass

@@ -31,7 +31,7 @@ from lit_fl.federation.ledger import CommunicationLedger
 from lit_fl.federation.loop import RoundLoop
 from lit_fl.federation.topology import TopologyConfig
 from lit_fl.io import atomic_write_text, strict_json
-from lit_fl.steps import StepRunner
+from lit_fl.steps.runner import StepRunner
 from lit_fl.tracking import MetricsCSV, RoundProgress, WandbTracker
 
 #: Config keys that must match between a run directory and the config it is resumed with.
@@ -107,8 +107,8 @@ class Experiment:
 
     def build(self) -> tuple[Any, StepRunner]:
         """The federation (on the runner's device) and the runner."""
-        runner = StepRunner(self.trainer.accelerator, self.trainer.devices, self.trainer.precision)
         dataset = load_dataset(self.data.dataset, self.data.root, self.data.download, self.seed, **self.data.options)
+        runner = StepRunner(self.trainer.accelerator, self.trainer.devices, self.trainer.precision)
         federation = build_federation(
             dataset.to(runner.device),
             self.data,

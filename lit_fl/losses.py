@@ -11,6 +11,7 @@ batch size, see SPEC "WSM ... mean over batch").
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -75,3 +76,8 @@ def weighted_kl_loss(
             continue
         loss = loss + w_q * kl_divergence(z_q.detach(), student_logits, temperature)
     return loss
+
+
+#: The supervised losses a client phase can use (``algorithm.loss``).
+SupervisedLoss = Literal["wsm", "ce"]
+LOSSES = {"wsm": wsm_loss, "ce": cross_entropy}

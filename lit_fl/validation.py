@@ -41,6 +41,7 @@ def check_finite(namespace: Any, prefix: str = "") -> None:
 def check_experiment(experiment: Any, resume: str | None) -> None:
     check_run_location(experiment, resume)
     check_accelerator(experiment.trainer.accelerator)
+    check_precision(experiment.trainer.accelerator, experiment.trainer.precision)
     check_federation(experiment)
 
 
@@ -85,6 +86,16 @@ def check_accelerator(accelerator: str) -> None:
         except ImportError:
             raise ConfigError("trainer.accelerator: tpu needs torch_xla, which is not installed; allowed here: "
                               "auto, cpu") from None
+
+
+def check_precision(accelerator: str, precision: str) -> None:
+    """``16-mixed`` (float16 with a gradient scaler) needs a CUDA GPU; on a CPU bf16-mixed is the mixed one."""
+    if precision != "16-mixed" or accelerator not in ("auto", "cpu"):
+        return
+    import torch
+
+    if accelerator == "cpu" or not torch.cuda.is_available():
+        raise ConfigError("trainer.precision: 16-mixed needs a GPU; allowed on CPU: 32-true, bf16-mixed")
 
 
 def check_federation(experiment: Any) -> None:

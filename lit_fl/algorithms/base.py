@@ -9,12 +9,14 @@ from typing import Any
 
 import torch
 
+from lit_fl import steps
 from lit_fl.data.batches import ClientBatches
 from lit_fl.errors import ConfigError
 from lit_fl.federation.ledger import CommunicationLedger
 from lit_fl.federation.state import Client, Federation
-from lit_fl.steps import LocalTraining, SGDConfig, StepRunner
-from lit_fl.steps.local_training import SupervisedLoss
+from lit_fl.losses import SupervisedLoss
+from lit_fl.steps.optim import SGDConfig
+from lit_fl.steps.runner import StepRunner
 
 
 @dataclass
@@ -100,7 +102,7 @@ class Algorithm(ABC):
         """``local_epochs`` of WSM/CE on the client's own train split; returns the mean loss."""
         if self.local_epochs == 0 or client.num_train == 0:
             return float("nan")
-        step = LocalTraining(client.model, client.class_proportions, self.loss, self.optimizer, prox_mu)
+        step = steps.LocalTraining(client.model, client.class_proportions, self.loss, self.optimizer, prox_mu)
         runner.fit(step, self.batches(federation, client.train_idx, self.local_epochs))
         client.touch()
         return float(step.loss_sum) / max(step.num_batches, 1)

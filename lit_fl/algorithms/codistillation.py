@@ -46,6 +46,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from lit_fl import steps
 from lit_fl.algorithms.base import Algorithm, RoundResult, nanmean
 from lit_fl.algorithms.decentralized import RoundFaults
 from lit_fl.algorithms.fedadam import FedAdam
@@ -54,11 +55,10 @@ from lit_fl.errors import ConfigError
 from lit_fl.federation.faults import draw_failures
 from lit_fl.federation.ledger import CommunicationLedger
 from lit_fl.federation.state import Client, Federation
+from lit_fl.losses import SupervisedLoss
 from lit_fl.models import create_model
-from lit_fl.steps import LocalTraining, StepRunner
 from lit_fl.steps.aggregation import weighted_average
-from lit_fl.steps.distillation import ServerCodistillation
-from lit_fl.steps.local_training import SupervisedLoss
+from lit_fl.steps.runner import StepRunner
 
 SMALL, LARGE = "small", "large"
 POOLS = (SMALL, LARGE)
@@ -264,7 +264,7 @@ class Codistillation(Algorithm):
         """``local_epochs`` of SGD on the client's train split; returns the mean loss."""
         if self.local_epochs == 0 or client.num_train == 0:
             return float("nan")
-        step = LocalTraining(model, client.class_proportions, self.loss, self.optimizer)
+        step = steps.LocalTraining(model, client.class_proportions, self.loss, self.optimizer)
         runner.fit(step, self.batches(federation, client.train_idx, self.local_epochs))
         return float(step.loss_sum) / max(step.num_batches, 1)
 
@@ -304,7 +304,7 @@ class Codistillation(Algorithm):
         snapshots = [copy.deepcopy(federation.server[pool]) for pool in POOLS]
         students = [copy.deepcopy(federation.server[pool]) for pool in POOLS]
         scale = self.lr_scale(round_)
-        step = ServerCodistillation(
+        step = steps.ServerCodistillation(
             students,
             snapshots,
             [self.distill_lrs[pool] * scale for pool in POOLS],

@@ -19,7 +19,7 @@ from lit_fl.federation.faults import draw_failures
 from lit_fl.federation.ledger import CommunicationLedger
 from lit_fl.federation.selection import Participants, select_participants
 from lit_fl.federation.state import Client, Federation
-from lit_fl.steps import StepRunner
+from lit_fl.steps.runner import StepRunner
 
 
 @dataclass

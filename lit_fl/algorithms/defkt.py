@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 from torch import nn
 
+from lit_fl import steps
 from lit_fl.algorithms.base import RoundResult, nanmean
 from lit_fl.algorithms.decentralized import DecentralizedAlgorithm, RoundFaults
 from lit_fl.errors import ConfigError
@@ -21,7 +22,7 @@ from lit_fl.federation.ledger import CommunicationLedger
 from lit_fl.federation.selection import num_senders
 from lit_fl.federation.state import Client, Federation
 from lit_fl.federation.topology import Topology
-from lit_fl.steps import DeepMutualLearning, StepRunner
+from lit_fl.steps.runner import StepRunner
 
 
 def draw_pairs(
@@ -179,7 +180,7 @@ class DefKT(PairwiseExchange):
         received = copy.deepcopy(sender.model)
         loss = float("nan")
         if self.fusion_epochs > 0 and receiver.num_train > 0:
-            step = DeepMutualLearning(
+            step = steps.DeepMutualLearning(
                 received,
                 receiver.model,
                 receiver.class_proportions,

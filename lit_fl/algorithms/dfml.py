@@ -6,13 +6,15 @@ from typing import Any, Literal
 
 import torch
 
+from lit_fl import steps
 from lit_fl.algorithms.base import RoundResult
 from lit_fl.algorithms.decentralized import DecentralizedAlgorithm
 from lit_fl.errors import ConfigError
 from lit_fl.federation.alpha import AlphaSchedule
 from lit_fl.federation.ledger import CommunicationLedger
 from lit_fl.federation.state import Federation
-from lit_fl.steps import MutualLearning, MutualNoiseDistillation, NoiseBatches, StepRunner
+from lit_fl.steps.noise import NoiseBatches
+from lit_fl.steps.runner import StepRunner
 
 
 class DFML(DecentralizedAlgorithm):
@@ -128,7 +130,7 @@ class DFML(DecentralizedAlgorithm):
         aggregator = clients[0]
         if self.mutual_epochs == 0 or aggregator.num_train == 0 or len(clients) < 2:
             return float("nan")
-        step = MutualLearning(
+        step = steps.MutualLearning(
             [c.model for c in clients],
             aggregator.class_proportions,
             alpha,
@@ -149,7 +151,7 @@ class DFML(DecentralizedAlgorithm):
         """The data-free extension (``noise_batches``): participants distil from each other on Gaussian noise."""
         if len(clients) < 2:
             return float("nan")
-        step = MutualNoiseDistillation(
+        step = steps.MutualNoiseDistillation(
             [c.model for c in clients],
             [c.num_params for c in clients],
             trainable=[True] * len(clients) if self.mutual else [True] + [False] * (len(clients) - 1),

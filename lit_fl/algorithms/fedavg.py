@@ -8,8 +8,8 @@ from lit_fl.algorithms.base import RoundResult
 from lit_fl.algorithms.decentralized import DecentralizedAlgorithm
 from lit_fl.federation.ledger import CommunicationLedger
 from lit_fl.federation.state import Client, Federation
-from lit_fl.steps import StepRunner
 from lit_fl.steps.aggregation import weighted_average
+from lit_fl.steps.runner import StepRunner
 
 
 class DecentralizedFedAvg(DecentralizedAlgorithm):

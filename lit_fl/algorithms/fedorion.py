@@ -39,22 +39,17 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from lit_fl import steps
 from lit_fl.algorithms.base import Algorithm, RoundResult, nanmean
 from lit_fl.errors import ConfigError
 from lit_fl.federation.ledger import CommunicationLedger
 from lit_fl.federation.state import Client, Federation
+from lit_fl.losses import SupervisedLoss
 from lit_fl.models import create_model, num_parameters
-from lit_fl.steps import DeepMutualLearning, LocalTraining, SGDConfig, StepRunner
 from lit_fl.steps.aggregation import weighted_average
-from lit_fl.steps.local_training import SupervisedLoss
-from lit_fl.steps.noise_distillation import (
-    BN_STATS,
-    STUDENT_RUNNING_STATS,
-    BNStats,
-    NoiseBatches,
-    NoiseDistillation,
-    StudentRunningStats,
-)
+from lit_fl.steps.noise import BN_STATS, STUDENT_RUNNING_STATS, BNStats, NoiseBatches, StudentRunningStats
+from lit_fl.steps.optim import SGDConfig
+from lit_fl.steps.runner import StepRunner
 
 GLOBAL = "global"
 #: ``no_dml: global_arch`` = every client whose architecture is the global one skips DML (the paper's rule).
@@ -269,7 +264,7 @@ class FedORION(Algorithm):
         """Eq. 1-2: DML between the local model and the copy of the global model on the client's data."""
         if self.local_epochs == 0 or client.num_train == 0:
             return float("nan")
-        step = DeepMutualLearning(
+        step = steps.DeepMutualLearning(
             client.model,
             global_copy,
             client.class_proportions,
@@ -286,14 +281,14 @@ class FedORION(Algorithm):
         """A no-DML client trains its local model (the received global model) alone."""
         if self.local_epochs == 0 or client.num_train == 0:
             return float("nan")
-        step = LocalTraining(client.model, client.class_proportions, self.loss, self.optimizer)
+        step = steps.LocalTraining(client.model, client.class_proportions, self.loss, self.optimizer)
         runner.fit(step, self.batches(federation, client.train_idx, self.local_epochs))
         client.touch()
         return float(step.loss_sum) / max(step.num_batches, 1)
 
     def distill(self, server: nn.Module, teachers: list[Client], federation: Federation, runner: StepRunner) -> float:
         """Eq. 3 for ``server_epochs * noise_steps`` noise batches; returns the mean ``L_KD``."""
-        step = NoiseDistillation(
+        step = steps.NoiseDistillation(
             server,
             [c.model for c in teachers],
             [c.num_train for c in teachers],

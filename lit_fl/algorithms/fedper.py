@@ -22,8 +22,8 @@ from lit_fl.errors import ConfigError
 from lit_fl.federation.faults import draw_failures
 from lit_fl.federation.ledger import CommunicationLedger
 from lit_fl.federation.state import Client, Federation
-from lit_fl.steps import StepRunner
 from lit_fl.steps.aggregation import weighted_average
+from lit_fl.steps.runner import StepRunner
 
 State = dict[str, Tensor]
 

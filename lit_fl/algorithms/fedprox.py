@@ -7,7 +7,7 @@ from typing import Any
 from lit_fl.algorithms.fedavg import DecentralizedFedAvg
 from lit_fl.errors import ConfigError
 from lit_fl.federation.state import Client, Federation
-from lit_fl.steps import StepRunner
+from lit_fl.steps.runner import StepRunner
 
 
 class DecentralizedFedProx(DecentralizedFedAvg):

@@ -16,15 +16,15 @@ from typing import Any
 
 import torch
 
+from lit_fl import steps
 from lit_fl.algorithms.base import RoundResult, nanmean
 from lit_fl.algorithms.decentralized import DecentralizedAlgorithm
 from lit_fl.errors import ConfigError
 from lit_fl.federation.ledger import CommunicationLedger
 from lit_fl.federation.state import Client, Federation
 from lit_fl.models import create_model, num_parameters
-from lit_fl.steps import StepRunner
 from lit_fl.steps.aggregation import weighted_average
-from lit_fl.steps.deep_mutual_learning import DeepMutualLearning
+from lit_fl.steps.runner import StepRunner
 
 MEME = "meme"
 
@@ -100,7 +100,7 @@ class DecentralizedFML(DecentralizedAlgorithm):
         """Deep mutual learning between the client's heterogeneous model and its meme on its own data."""
         if client.num_train == 0:
             return float("nan")
-        step = DeepMutualLearning(
+        step = steps.DeepMutualLearning(
             client.model,
             client.extras[MEME],
             client.class_proportions,

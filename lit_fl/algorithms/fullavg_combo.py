@@ -12,8 +12,8 @@ from torch import Tensor, nn
 from lit_fl.algorithms.defkt import PairwiseExchange
 from lit_fl.federation.ledger import CommunicationLedger
 from lit_fl.federation.state import Client, Federation
-from lit_fl.steps import StepRunner
 from lit_fl.steps.aggregation import weighted_average
+from lit_fl.steps.runner import StepRunner
 
 
 def pair_weights(sender: Client, receiver: Client) -> tuple[float, float]:

@@ -11,12 +11,14 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from lit_fl import steps
 from lit_fl.algorithms.base import Algorithm, RoundResult, nanmean
 from lit_fl.errors import ConfigError
 from lit_fl.federation.ledger import CommunicationLedger
 from lit_fl.federation.state import Client, Federation
-from lit_fl.steps import LocalTraining, SGDConfig, StepRunner
-from lit_fl.steps.local_training import SupervisedLoss
+from lit_fl.losses import SupervisedLoss
+from lit_fl.steps.optim import SGDConfig
+from lit_fl.steps.runner import StepRunner
 
 
 class Local(Algorithm):
@@ -75,11 +77,13 @@ class Local(Algorithm):
         ]
         return self.round_result(federation, losses, optimizer)
 
-    def local_step(self, client: Client, optimizer: SGDConfig) -> LocalTraining:
+    def local_step(self, client: Client, optimizer: SGDConfig) -> steps.LocalTraining:
         """Plain CE/WSM local training of the client's model."""
-        return LocalTraining(client.model, client.class_proportions, self.loss, optimizer)
+        return steps.LocalTraining(client.model, client.class_proportions, self.loss, optimizer)
 
-    def train_client(self, client: Client, federation: Federation, runner: StepRunner, step: LocalTraining) -> float:
+    def train_client(
+        self, client: Client, federation: Federation, runner: StepRunner, step: steps.LocalTraining
+    ) -> float:
         """Run ``step`` for ``local_epochs`` over the client's train split; the mean loss (NaN if no batch)."""
         if self.local_epochs == 0 or client.num_train == 0:
             return math.nan

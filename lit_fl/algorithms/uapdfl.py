@@ -41,14 +41,15 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from lit_fl import steps
 from lit_fl.algorithms.base import RoundResult
 from lit_fl.algorithms.fedper import FedPer, snapshot_states
 from lit_fl.algorithms.unit_representation import divergence, unit_input, unit_representations
 from lit_fl.errors import ConfigError
 from lit_fl.federation.ledger import CommunicationLedger
 from lit_fl.federation.state import Client, Federation
-from lit_fl.steps import SGDConfig, StepRunner
-from lit_fl.steps.aux_proximal_training import AuxProximalTraining
+from lit_fl.steps.optim import SGDConfig
+from lit_fl.steps.runner import StepRunner
 
 
 class UAPDFL(FedPer):
@@ -155,10 +156,10 @@ class UAPDFL(FedPer):
         x_unit: Tensor,
         reps: dict[int, tuple[Tensor, Tensor]],
         peers: list[int],
-    ) -> AuxProximalTraining:
+    ) -> steps.AuxProximalTraining:
         """Eq. 12 for ``client``: CE + ``mu ||I_aux - mean(I_aux of client and peers)||^2`` (Algorithm 2 l. 29)."""
         target = torch.stack([reps[n][1] for n in [client.id, *peers]]).mean(dim=0)
-        return AuxProximalTraining(
+        return steps.AuxProximalTraining(
             client.model,
             client.class_proportions,
             x_unit,

@@ -40,6 +40,7 @@ class TorchvisionSpec:
     mean: tuple[float, ...]
     std: tuple[float, ...]
     files: str  # where torchvision expects the files, relative to root (for the error message)
+    marker: str  # a path under root that exists once the dataset is there (checked before torchvision loads)
     augment: str = "none"  # the dataset's default ``data.augment``
     label_attr: str = "targets"
     split_arg: bool = False  # the class takes ``split="train"/"test"`` instead of ``train=True/False``
@@ -48,19 +49,19 @@ class TorchvisionSpec:
 SPECS: dict[str, TorchvisionSpec] = {
     "cifar10": TorchvisionSpec(
         "CIFAR-10", "CIFAR10", 10, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616),
-        "cifar-10-batches-py/", augment="crop_flip",
+        "cifar-10-batches-py/", "cifar-10-batches-py", augment="crop_flip",
     ),
     "cifar100": TorchvisionSpec(
         "CIFAR-100", "CIFAR100", 100, (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762),
-        "cifar-100-python/", augment="crop_flip",
+        "cifar-100-python/", "cifar-100-python", augment="crop_flip",
     ),
     "fmnist": TorchvisionSpec(
-        "FashionMNIST", "FashionMNIST", 10, (0.2860,), (0.3530,), "FashionMNIST/raw/*-ubyte",
+        "FashionMNIST", "FashionMNIST", 10, (0.2860,), (0.3530,), "FashionMNIST/raw/*-ubyte", "FashionMNIST",
     ),
-    "mnist": TorchvisionSpec("MNIST", "MNIST", 10, (0.1307,), (0.3081,), "MNIST/raw/*-ubyte"),
+    "mnist": TorchvisionSpec("MNIST", "MNIST", 10, (0.1307,), (0.3081,), "MNIST/raw/*-ubyte", "MNIST"),
     "svhn": TorchvisionSpec(
         "SVHN", "SVHN", 10, (0.4377, 0.4438, 0.4728), (0.1980, 0.2010, 0.1970),
-        "train_32x32.mat, test_32x32.mat", label_attr="labels", split_arg=True,
+        "train_32x32.mat, test_32x32.mat", "train_32x32.mat", label_attr="labels", split_arg=True,
     ),
 }
 
@@ -86,7 +87,12 @@ def _read_split(spec: TorchvisionSpec, root: Path, download: bool, train: bool) 
 
 
 def _open(spec: TorchvisionSpec, root: Path, download: bool, train: bool) -> Any:
-    """The torchvision dataset object, with its errors turned into one :class:`DatasetNotFoundError`."""
+    """The torchvision dataset object, with its errors turned into one :class:`DatasetNotFoundError`.
+
+    Without ``download`` a root that lacks the dataset's folder fails at once, before torchvision (1 s of
+    imports) is loaded."""
+    if not download and not (root / spec.marker).exists():
+        raise DatasetNotFoundError(_not_found_message(spec, root, f"no {spec.marker} under the root"))
     import torchvision.datasets as tvd  # imported lazily: registering the loaders stays cheap
 
     cls = getattr(tvd, spec.cls_name)
@@ -99,7 +105,7 @@ def _open(spec: TorchvisionSpec, root: Path, download: bool, train: bool) -> Any
         raise DatasetNotFoundError(_not_found_message(spec, root, err)) from err
 
 
-def _not_found_message(spec: TorchvisionSpec, root: Path, err: BaseException) -> str:
+def _not_found_message(spec: TorchvisionSpec, root: Path, err: BaseException | str) -> str:
     return (
         f"{spec.title} not found under {root} (expected {spec.files} there; torchvision said: {err}). "
         "Run once with `--data.download true` on a machine with internet (torchvision downloads it to that "

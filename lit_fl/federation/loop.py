@@ -14,7 +14,7 @@ from lit_fl.faultpoints import fault_point
 from lit_fl.federation.evaluation import Evaluator
 from lit_fl.federation.ledger import CommunicationLedger
 from lit_fl.federation.state import Federation
-from lit_fl.steps import StepRunner
+from lit_fl.steps.runner import StepRunner
 
 if TYPE_CHECKING:
     from lit_fl.algorithms.base import Algorithm

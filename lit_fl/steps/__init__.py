@@ -1,20 +1,65 @@
-"""Steps: one LightningModule per kind of client or aggregator work, run by :class:`StepRunner`."""
+"""Steps: one LightningModule per kind of client or aggregator work, run by :class:`StepRunner`.
 
-from lit_fl.steps.deep_mutual_learning import DeepMutualLearning
-from lit_fl.steps.local_training import LocalTraining
-from lit_fl.steps.mutual_learning import MutualLearning
-from lit_fl.steps.noise_distillation import MutualNoiseDistillation, NoiseBatches, NoiseDistillation
-from lit_fl.steps.optim import SGDConfig
-from lit_fl.steps.runner import PRECISIONS, StepRunner
+The package imports lazily (PEP 562): ``from lit_fl import steps`` costs nothing, and Lightning is imported the
+first time a step class is used (``steps.LocalTraining``), i.e. when a run starts, never for ``--help`` or a
+config error. The light modules (``optim``, ``aggregation``, ``noise``, ``precision``, ``slicing``) import torch
+only.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+#: public name -> module that defines it
+_EXPORTS: dict[str, str] = {
+    "DeepMutualLearning": "lit_fl.steps.deep_mutual_learning",
+    "LocalTraining": "lit_fl.steps.local_training",
+    "MutualLearning": "lit_fl.steps.mutual_learning",
+    "AuxProximalTraining": "lit_fl.steps.aux_proximal_training",
+    "MutualNoiseDistillation": "lit_fl.steps.noise_distillation",
+    "NoiseDistillation": "lit_fl.steps.noise_distillation",
+    "ServerCodistillation": "lit_fl.steps.distillation",
+    "NoiseBatches": "lit_fl.steps.noise",
+    "SGDConfig": "lit_fl.steps.optim",
+    "PRECISIONS": "lit_fl.steps.precision",
+    "StepRunner": "lit_fl.steps.runner",
+}
 
 __all__ = [
-    "PRECISIONS",
+    "AuxProximalTraining",
     "DeepMutualLearning",
     "LocalTraining",
     "MutualLearning",
     "MutualNoiseDistillation",
     "NoiseBatches",
     "NoiseDistillation",
+    "PRECISIONS",
     "SGDConfig",
+    "ServerCodistillation",
     "StepRunner",
 ]
+
+if TYPE_CHECKING:
+    from lit_fl.steps.aux_proximal_training import AuxProximalTraining
+    from lit_fl.steps.deep_mutual_learning import DeepMutualLearning
+    from lit_fl.steps.distillation import ServerCodistillation
+    from lit_fl.steps.local_training import LocalTraining
+    from lit_fl.steps.mutual_learning import MutualLearning
+    from lit_fl.steps.noise import NoiseBatches
+    from lit_fl.steps.noise_distillation import MutualNoiseDistillation, NoiseDistillation
+    from lit_fl.steps.optim import SGDConfig
+    from lit_fl.steps.precision import PRECISIONS
+    from lit_fl.steps.runner import StepRunner
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'lit_fl.steps' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

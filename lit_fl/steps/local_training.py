@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 import lightning as L
 import torch
 from torch import Tensor, nn
 
-from lit_fl.losses import cross_entropy, wsm_loss
+from lit_fl.losses import LOSSES, SupervisedLoss
 from lit_fl.steps.optim import SGDConfig
-
-SupervisedLoss = Literal["wsm", "ce"]
-LOSSES = {"wsm": wsm_loss, "ce": cross_entropy}
 
 
 class LocalTraining(L.LightningModule):

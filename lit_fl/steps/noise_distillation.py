@@ -8,7 +8,7 @@
   (soft-target cross-entropy, teacher detached; ``n_i`` = the teacher's sample count).
 * :class:`MutualNoiseDistillation` - every participant is a student of the others on noise, the teachers
   weighted like DFML Eq. 3 (used by DFML's data-free ``noise_batches`` extension, not part of the DFML paper).
-* :class:`NoiseBatches` - the iterable of ``(z, dummy)`` batches handed to ``StepRunner.fit``.
+* :class:`~lit_fl.steps.noise.NoiseBatches` - the iterable of ``(z, dummy)`` batches handed to ``StepRunner.fit``.
 
 BatchNorm of the teachers (``bn_stats``):
 
@@ -36,7 +36,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Literal
 
 import lightning as L
 import torch
@@ -45,51 +44,21 @@ from torch import Tensor, nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from lit_fl.losses import teacher_weights
+from lit_fl.steps.noise import BN_STATS, STUDENT_RUNNING_STATS, BNStats, NoiseBatches, StudentRunningStats
 from lit_fl.steps.optim import SGDConfig
 
-BNStats = Literal["current", "running"]
-StudentRunningStats = Literal["keep", "update"]
-BN_STATS: tuple[str, ...] = ("current", "running")
-STUDENT_RUNNING_STATS: tuple[str, ...] = ("keep", "update")
-
-
-class NoiseBatches:
-    """``steps`` batches ``(z, dummy)``, ``z ~ N(0, I)`` of shape ``(batch_size, *shape)``.
-
-    ``z`` is drawn on the CPU from ``generator`` (identical on every device, so a resumed run draws the same
-    noise) and moved to ``device``; ``dummy`` is an empty label tensor (the steps ignore it). Iterating twice
-    draws fresh noise: the generator advances.
-    """
-
-    def __init__(
-        self,
-        shape: Sequence[int],
-        batch_size: int,
-        steps: int,
-        generator: torch.Generator,
-        device: torch.device | str = "cpu",
-        channels_last: bool = False,
-    ) -> None:
-        if batch_size < 1:
-            raise ValueError(f"noise batch_size must be >= 1, got {batch_size}")
-        if steps < 0:
-            raise ValueError(f"noise steps must be >= 0, got {steps}")
-        self.shape = tuple(int(s) for s in shape)
-        self.batch_size, self.steps = batch_size, steps
-        self.generator, self.device = generator, torch.device(device)
-        self.channels_last = channels_last and len(self.shape) == 3
-
-    def __len__(self) -> int:
-        return self.steps
-
-    def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
-        dummy = torch.empty(0, dtype=torch.long, device=self.device)
-        for _ in range(self.steps):
-            z = torch.randn((self.batch_size, *self.shape), generator=self.generator).to(self.device)
-            if self.channels_last:
-                z = z.contiguous(memory_format=torch.channels_last)
-            yield z, dummy
-
+__all__ = [
+    "BN_STATS",
+    "STUDENT_RUNNING_STATS",
+    "BNStats",
+    "MutualNoiseDistillation",
+    "NoiseBatches",
+    "NoiseDistillation",
+    "StudentRunningStats",
+    "frozen_running_stats",
+    "soft_cross_entropy",
+    "teacher_mode",
+]
 
 @contextmanager
 def teacher_mode(model: nn.Module, bn_stats: BNStats = "current") -> Iterator[nn.Module]:

@@ -11,16 +11,16 @@ placement with far less per-call overhead than building a Trainer for every clie
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Literal
+from typing import TYPE_CHECKING
 
-import lightning as L
 import torch
 from torch import Tensor
 
 from lit_fl.errors import ConfigError
+from lit_fl.steps.precision import PRECISIONS, Precision
 
-Precision = Literal["32-true", "bf16-mixed", "16-mixed"]
-PRECISIONS: tuple[str, ...] = ("32-true", "bf16-mixed", "16-mixed")
+if TYPE_CHECKING:
+    import lightning as L
 
 
 class StepRunner:
@@ -37,7 +37,9 @@ class StepRunner:
             raise ConfigError("trainer.devices: only 1 is supported so far (one device runs the whole federation)")
         if precision == "16-mixed" and not _gpu_selected(accelerator):
             raise ConfigError("trainer.precision: 16-mixed needs a GPU; allowed on CPU: 32-true, bf16-mixed")
-        self.fabric = L.Fabric(accelerator=accelerator, devices=devices, precision=precision)
+        from lightning.fabric import Fabric  # imported when a run starts: the command line stays fast
+
+        self.fabric = Fabric(accelerator=accelerator, devices=devices, precision=precision)
         self.precision = precision
 
     @property
