@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
-from federations import tiny_federation
+from federations import same_weights, tiny_federation
 
-from lit_fl.algorithms import DFML
+from lit_fl.algorithms import DFML, DecentralizedFedAvg
 from lit_fl.federation.evaluation import Evaluator
+from lit_fl.federation.fingerprint import fingerprint
 from lit_fl.federation.ledger import CommunicationLedger
 from lit_fl.steps import StepRunner
 
@@ -77,3 +80,113 @@ def test_vanilla_transfer_updates_and_returns_nothing_but_the_aggregator() -> No
     bumps = [c.version - v for c, v in zip(fed.clients, versions)]
     assert bumps[result.aggregator] == 2
     assert all(b == 1 for n, b in enumerate(bumps) if n != result.aggregator)
+
+
+# -- evaluation per distinct weights equals evaluating every client on its own --------------------------------
+
+
+def reference_metrics(fed) -> dict[str, float]:  # noqa: ANN001
+    """The evaluation as first written: every client's reported and regular model, each on the whole test set
+    and on the client's validation split, one model at a time in batches of 1,000, torchmetrics' accuracy."""
+    from torchmetrics.functional.classification import multiclass_accuracy
+
+    def accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+        if len(y) == 0:
+            return float("nan")
+        model.eval()
+        with torch.inference_mode():
+            preds = torch.cat([model(x[i : i + 1000]).argmax(1) for i in range(0, len(x), 1000)])
+        model.train()
+        return float(multiclass_accuracy(preds, y, num_classes=fed.num_classes, average="micro"))
+
+    def mean(values: list[float]) -> float:
+        kept = [v for v in values if v == v]
+        return sum(kept) / len(kept) if kept else float("nan")
+
+    data, rows = fed.data, {"global_acc": [], "global_acc_regular": [], "local_acc": [], "local_acc_regular": []}
+    per_arch: dict[str, list[float]] = {}
+    for c in fed.clients:
+        val_x, val_y = data.train_x[c.val_idx], data.train_y[c.val_idx]
+        shown = c.reported_model()
+        rows["global_acc"].append(accuracy(shown, data.test_x, data.test_y))
+        rows["global_acc_regular"].append(accuracy(c.regular_model, data.test_x, data.test_y))
+        rows["local_acc"].append(accuracy(shown, val_x, val_y))
+        rows["local_acc_regular"].append(accuracy(c.regular_model, val_x, val_y))
+        per_arch.setdefault(c.arch, []).append(rows["global_acc"][-1])
+    return {**{k: mean(v) for k, v in rows.items()}, **{f"acc/{a}": mean(v) for a, v in per_arch.items()}}
+
+
+def test_models_that_differ_give_the_numbers_of_one_client_at_a_time() -> None:
+    fed = tiny_federation(num_clients=6, pool=("cnn_4_8", "cnn_8"))
+    algo = DFML(mutual_epochs=1, sender_fraction=0.5, period=2, alpha_max=0.9)
+    algo.setup(fed)
+    evaluator, runner = Evaluator(batch_size=7), StepRunner(accelerator="cpu")  # batches cut across clients
+    for round_ in range(1, 5):  # period 2: rounds 3-4 start a new cycle, peaks and regular models part
+        algo.run_round(round_, fed, runner, CommunicationLedger())
+        assert evaluator.evaluate(fed) == reference_metrics(fed)
+    assert any(not c.peak_shared for c in fed.clients)  # some peaks hold weights of their own
+
+
+def test_models_that_coincide_are_evaluated_once_with_the_same_numbers() -> None:
+    fed = tiny_federation(num_clients=6, pool=("cnn_4_8", "cnn_8"))
+    algo = DecentralizedFedAvg(sender_fraction=1.0)  # full participation: one average per architecture
+    algo.setup(fed)
+    algo.run_round(1, fed, StepRunner(accelerator="cpu"), CommunicationLedger())
+    evaluator = Evaluator()
+    assert evaluator.evaluate(fed) == reference_metrics(fed)
+    assert evaluator.evaluated == 2  # two architectures, two sets of weights
+
+
+def test_a_changed_model_is_seen_by_its_new_version() -> None:
+    fed = tiny_federation(num_clients=2, pool=("cnn_4",))
+    evaluator = Evaluator()
+    before = evaluator.evaluate(fed)
+    with torch.no_grad():
+        for p in fed.clients[0].model.parameters():
+            p.zero_()
+    fed.clients[0].touch()
+    after = evaluator.evaluate(fed)
+    assert after == reference_metrics(fed) and after != before
+    assert evaluator.evaluated == 2
+
+
+# -- fingerprints --------------------------------------------------------------------------------------------
+
+
+def test_fingerprint_is_equal_for_equal_weights_and_differs_for_one_changed_value() -> None:
+    fed = tiny_federation(num_clients=2, pool=("cnn_4",))
+    a, b = fed.clients[0].model, fed.clients[1].model  # same initialisation
+    assert fingerprint(a) == fingerprint(b)
+    assert fingerprint(a) == fingerprint(copy.deepcopy(a).to(memory_format=torch.channels_last))  # layout-free
+    with torch.no_grad():
+        next(b.parameters()).view(-1)[0] += 1e-7
+    assert fingerprint(a) != fingerprint(b)
+
+
+# -- copy-on-write peak models -------------------------------------------------------------------------------
+
+
+def storages(fed) -> int:  # noqa: ANN001
+    """Distinct parameter storages the federation holds (regular and peak models)."""
+    models = [c.regular_model for c in fed.clients] + [c.peak for c in fed.clients if c.peak is not None]
+    return len({p.untyped_storage().data_ptr() for m in models for p in m.parameters()})
+
+
+def test_a_peak_shares_its_regular_model_until_the_client_trains() -> None:
+    fed = tiny_federation(num_clients=6, pool=("cnn_4",))
+    algo = DFML(mutual_epochs=1, sender_fraction=0.34)
+    algo.setup(fed)
+    per_model = len(list(fed.clients[0].regular_model.parameters()))
+    assert all(c.peak is c.regular_model for c in fed.clients)
+    assert storages(fed) == 6 * per_model  # six clients, six models: no copy for the peaks
+    algo.run_round(1, fed, StepRunner(accelerator="cpu"), CommunicationLedger())  # alpha rises: peaks follow
+    assert storages(fed) == 6 * per_model
+    peaks = {c.id: copy.deepcopy(c.peak.state_dict()) for c in fed.clients}
+    for c in fed.clients:
+        c.alpha_peak = 2.0  # above any alpha: no peak follows in round 2
+    result = algo.run_round(2, fed, StepRunner(accelerator="cpu"), CommunicationLedger())
+    moved = {result.aggregator, *result.senders}
+    for c in fed.clients:
+        assert same_weights(c.peak.state_dict(), peaks[c.id])  # every peak kept its weights
+        assert c.peak_shared == (c.id not in moved)  # the clients that trained got a copy, the others not
+    assert storages(fed) == (6 + len(moved)) * per_model
