@@ -190,3 +190,22 @@ def test_a_peak_shares_its_regular_model_until_the_client_trains() -> None:
         assert same_weights(c.peak.state_dict(), peaks[c.id])  # every peak kept its weights
         assert c.peak_shared == (c.id not in moved)  # the clients that trained got a copy, the others not
     assert storages(fed) == (6 + len(moved)) * per_model
+
+
+def test_a_cluster_average_is_fingerprinted_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    import lit_fl.federation.evaluation as evaluation
+
+    fed = tiny_federation(num_clients=6, pool=("cnn_4",))
+    algo = DecentralizedFedAvg(sender_fraction=1.0)
+    algo.setup(fed)
+    algo.run_round(1, fed, StepRunner(accelerator="cpu"), CommunicationLedger())
+    calls = []
+    monkeypatch.setattr(evaluation, "fingerprint", lambda model: calls.append(model) or fingerprint(model))
+    evaluator = Evaluator()
+    assert evaluator.evaluate(fed) == reference_metrics(fed)
+    assert len(calls) == 1 and evaluator.evaluated == 1
+    with torch.no_grad():
+        next(fed.clients[2].model.parameters()).add_(1.0)
+    fed.clients[2].touch()  # trained after receiving the average: its own weights again
+    evaluator.evaluate(fed)
+    assert len(calls) == 2 and evaluator.evaluated == 2

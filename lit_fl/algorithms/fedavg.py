@@ -7,7 +7,7 @@ from collections import defaultdict
 from lit_fl.algorithms.base import RoundResult
 from lit_fl.algorithms.decentralized import DecentralizedAlgorithm
 from lit_fl.federation.ledger import CommunicationLedger
-from lit_fl.federation.state import Client, Federation
+from lit_fl.federation.state import Client, Federation, WeightsToken
 from lit_fl.steps.aggregation import weighted_average
 from lit_fl.steps.runner import StepRunner
 
@@ -49,5 +49,6 @@ def average_cluster(cluster: list[Client]) -> None:
     if len(cluster) < 2:
         return
     average = weighted_average([c.model.state_dict() for c in cluster], [c.num_train for c in cluster])
+    token = WeightsToken()  # one average, many holders: evaluated once
     for client in cluster:
-        client.set_weights(average)
+        client.set_weights(average, token)

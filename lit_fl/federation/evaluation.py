@@ -9,12 +9,14 @@
 Both the reported model (the peak model where a client has one) and the regular model are evaluated.
 
 The work is proportional to the distinct weights, not to the clients. Every model a client holds is named by
-its :func:`~lit_fl.federation.fingerprint.fingerprint` (recomputed only when the model's version counter
-moved), so all members of a FedAvg cluster, a peak equal to its regular model and an unchanged model share one
-entry. A set of weights not seen before runs one pass, under ``torch.inference_mode`` in eval mode, over the
-test set followed by the validation samples of every client that holds it, in batches of ``batch_size``; its
-accuracies are the correct counts of each segment. Accuracy is ``float32(correct) / total``, the value
-torchmetrics' micro accuracy gives, so the numbers are those of evaluating each client on its own.
+its :func:`~lit_fl.federation.fingerprint.fingerprint`, recomputed only when the model's version counter moved
+and once for all clients that loaded one state dict (:class:`~lit_fl.federation.state.WeightsToken`). So all
+members of a FedAvg cluster, a peak equal to its regular model and an unchanged model share one entry.
+
+A set of weights not seen before runs one pass, under ``torch.inference_mode`` in eval mode, over the test set
+followed by the validation samples of every client that holds it, in batches of ``batch_size``; its accuracies
+are the correct counts of each segment. Accuracy is ``float32(correct) / total``, the value torchmetrics' micro
+accuracy gives, so the numbers are those of evaluating each client on its own.
 """
 
 from __future__ import annotations
@@ -23,12 +25,13 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
+from weakref import WeakKeyDictionary
 
 import torch
 from torch import Tensor, nn
 
 from lit_fl.federation.fingerprint import Fingerprint, fingerprint
-from lit_fl.federation.state import Client, Federation
+from lit_fl.federation.state import Client, Federation, WeightsToken
 
 #: ``(family, fingerprint)``: weights are the same model when both agree (family = architecture or extra's name)
 WeightsKey = tuple[str, Fingerprint]
@@ -65,6 +68,7 @@ class Evaluator:
         self._val: dict[int, dict[WeightsKey, float]] = {}  # client -> key -> validation accuracy
         self._holders: Counter[WeightsKey] = Counter()  # slots holding each key (test entries die at 0)
         self._server: dict[str, tuple[int, float]] = {}
+        self._token_fingerprints: WeakKeyDictionary[WeightsToken, Fingerprint] = WeakKeyDictionary()
 
     # -- identity ---------------------------------------------------------------------------------------
 
@@ -90,7 +94,8 @@ class Evaluator:
             if entry is None or entry[0] != version:
                 if entry is not None:
                     released.append(entry[1])
-                entry = known[slot] = (version, (family, fingerprint(model)))
+                token = client.shared_weights() if slot == "regular" else None
+                entry = known[slot] = (version, (family, self._fingerprint(model, token)))
                 self._holders[entry[1]] += 1
             keys[slot] = entry[1]
         for slot in [s for s in known if s not in keys]:  # e.g. a peak that shares its regular model again
@@ -105,6 +110,14 @@ class Evaluator:
             for stale in [k for k in own if k not in held]:
                 del own[stale]
         return keys
+
+    def _fingerprint(self, model: nn.Module, token: WeightsToken | None) -> Fingerprint:
+        """The model's fingerprint; computed once per :class:`WeightsToken` (a state dict several clients loaded)."""
+        if token is None:
+            return fingerprint(model)
+        if token not in self._token_fingerprints:
+            self._token_fingerprints[token] = fingerprint(model)
+        return self._token_fingerprints[token]
 
     def _release(self, key: WeightsKey) -> None:
         self._holders[key] -= 1

@@ -18,6 +18,13 @@ from lit_fl.federation.topology import Topology, mesh
 from lit_fl.models import num_parameters
 
 
+class WeightsToken:
+    """Names one state dict handed to several clients (a cluster's average). Clients that loaded it and have not
+    changed since hold the same weights: the evaluator fingerprints them once, not once per client."""
+
+    __slots__ = ("__weakref__",)
+
+
 class Client:
     """One client: its regular model, optional frozen peak model and local weight ``alpha_n``.
 
@@ -58,6 +65,8 @@ class Client:
         self.extras: dict[str, nn.Module] = extras if extras is not None else {}
         self.extra_versions: dict[str, int] = extra_versions if extra_versions is not None else {}
         self.num_params = num_parameters(model)
+        #: ``(token, version)`` when the regular weights were last set from a shared state dict
+        self.weights_token: tuple[WeightsToken, int] | None = None
 
     def __repr__(self) -> str:
         return f"Client(id={self.id}, arch={self.arch!r}, version={self.version}, num_train={self.num_train})"
@@ -90,10 +99,17 @@ class Client:
         """Whether the peak currently shares the regular model's storage (they are equal)."""
         return self._peak_shared
 
-    def set_weights(self, state: dict[str, Tensor]) -> None:
-        """Replace the regular model's weights (a received model) and mark it changed."""
+    def set_weights(self, state: dict[str, Tensor], token: WeightsToken | None = None) -> None:
+        """Replace the regular model's weights (a received model) and mark it changed. ``token`` names ``state``
+        when several clients receive it (see :class:`WeightsToken`)."""
         self.model.load_state_dict(state)
         self.version += 1
+        self.weights_token = (token, self.version) if token is not None else None
+
+    def shared_weights(self) -> WeightsToken | None:
+        """The token of the state dict the regular weights were set from, if they have not changed since."""
+        token = self.weights_token
+        return token[0] if token is not None and token[1] == self.version else None
 
     def touch(self) -> None:
         """Mark the regular model changed after in-place training."""

@@ -49,7 +49,8 @@ class StepRunner:
     def fit(self, step: L.LightningModule, batches: Iterable[tuple[Tensor, Tensor]]) -> L.LightningModule:
         """Train ``step`` for one pass over ``batches``; the step's models are updated in place."""
         optimizer = step.configure_optimizers()
-        step = step.to(self.device)
+        if not _on_device(step, self.device):
+            step = step.to(self.device)
         step.train()
         optimizer = self.fabric.setup_optimizers(optimizer)
         autocast = self.fabric.autocast
@@ -64,6 +65,14 @@ class StepRunner:
     def autocast(self):  # noqa: ANN201 - a context manager
         """The precision context for forward passes outside :meth:`fit` (evaluation)."""
         return self.fabric.autocast()
+
+
+def _on_device(step: torch.nn.Module, device: torch.device) -> bool:
+    """Whether ``step`` (its ``device`` property included) and all its tensors already are on ``device``, so that
+    ``.to`` would be a no-op that costs more than this check (clients' models live on the device)."""
+    if getattr(step, "device", device) != device:
+        return False
+    return all(t.device == device for t in [*step.parameters(), *step.buffers()])
 
 
 def _gpu_selected(accelerator: str) -> bool:
