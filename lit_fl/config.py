@@ -100,19 +100,28 @@ class TrainerConfig:
 
     Args:
         accelerator: auto (GPU when present), cpu, gpu/cuda, mps.
-        devices: number of devices; 1 for now.
+        devices: processes (devices) per node. More than 1 splits the federation's work over processes
+            (torch.distributed through Fabric: gloo on CPU, NCCL on GPU); the numbers stay those of 1.
+        num_nodes: nodes (torchrun or SLURM start the processes on each node).
+        strategy: auto (ddp when devices x num_nodes > 1) or ddp.
         precision: 32-true, bf16-mixed or 16-mixed.
     """
 
     accelerator: str = "auto"
     devices: int = 1
+    num_nodes: int = 1
+    strategy: Literal["auto", "ddp"] = "auto"
     precision: Literal["32-true", "bf16-mixed", "16-mixed"] = "32-true"
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
             raise ConfigError(f"trainer.precision: {self.precision!r} is not allowed; allowed: {', '.join(PRECISIONS)}")
-        if self.devices != 1:
-            raise ConfigError(f"trainer.devices: only 1 is supported so far, got {self.devices}")
+        if self.devices < 1:
+            raise ConfigError(f"trainer.devices must be >= 1, got {self.devices}")
+        if self.num_nodes < 1:
+            raise ConfigError(f"trainer.num_nodes must be >= 1, got {self.num_nodes}")
+        if self.strategy not in ("auto", "ddp"):
+            raise ConfigError(f"trainer.strategy: {self.strategy!r} is not allowed; allowed: auto, ddp")
 
 
 @dataclass

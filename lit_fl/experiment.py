@@ -11,6 +11,7 @@ directory (DESIGN "Run directory contract")::
 from __future__ import annotations
 
 import math
+import os
 import time
 from datetime import datetime
 from pathlib import Path
@@ -99,7 +100,7 @@ class Experiment:
             return path
         name = self.name or f"{self.algorithm.name.lower()}-{self.data.dataset}-{datetime.now():%Y%m%d-%H%M%S}"
         path = self.run_dir / name
-        if path.exists():
+        if path.exists() and launched_rank() == 0:  # another rank of this run may have created it already
             raise ConfigError(f"run directory {path} exists; choose another --name or continue it with --resume {path}")
         return path
 
@@ -108,7 +109,13 @@ class Experiment:
     def build(self) -> tuple[Any, StepRunner]:
         """The federation (on the runner's device) and the runner."""
         dataset = load_dataset(self.data.dataset, self.data.root, self.data.download, self.seed, **self.data.options)
-        runner = StepRunner(self.trainer.accelerator, self.trainer.devices, self.trainer.precision)
+        runner = StepRunner(
+            self.trainer.accelerator,
+            self.trainer.devices,
+            self.trainer.precision,
+            strategy=self.trainer.strategy,
+            num_nodes=self.trainer.num_nodes,
+        )
         federation = build_federation(
             dataset.to(runner.device),
             self.data,
@@ -119,6 +126,7 @@ class Experiment:
             same_init=self.algorithm.paper_same_init if self.models.same_init is None else self.models.same_init,
         )
         self.algorithm.setup(federation)
+        runner.place(federation)
         return federation, runner
 
     # -- running ---------------------------------------------------------------------------------------
@@ -129,6 +137,8 @@ class Experiment:
         if resume:
             _check_resume_config(run_path, config)
         federation, runner = self.build()
+        if not runner.is_global_zero:
+            return self._fit_follower(federation, runner, run_path, resume)
         ledger = CommunicationLedger()
         ckpt_path = run_path / "checkpoints" / "last.ckpt"
         extra: dict[str, Any] = {}
@@ -164,7 +174,7 @@ class Experiment:
             federation,
             self.algorithm,
             runner,
-            Evaluator(autocast=runner.autocast),
+            Evaluator(autocast=runner.autocast, placement=runner.placement),
             ledger,
             self.rounds,
             self.eval_every,
@@ -198,6 +208,18 @@ class Experiment:
                 tracker.summarize(summary)
                 tracker.finish(exit_code=0 if status != "failed" else 1)
         return summary
+
+    def _fit_follower(self, federation: Any, runner: StepRunner, run_path: Path, resume: str | None) -> dict[str, Any]:
+        """A process other than rank 0: the same rounds on the same state, writing nothing (rank 0 owns the run
+        directory, W&B and the progress bar). Every process reads the checkpoint it resumes from."""
+        ledger = CommunicationLedger()
+        ckpt_path = run_path / "checkpoints" / "last.ckpt"
+        if resume and ckpt_path.is_file():
+            load_checkpoint(ckpt_path, federation, self.algorithm, ledger)
+        evaluator = Evaluator(autocast=runner.autocast, placement=runner.placement)
+        loop = RoundLoop(federation, self.algorithm, runner, evaluator, ledger, self.rounds, self.eval_every)
+        outcome = loop.run()
+        return {"status": "interrupted" if outcome.interrupted else "completed", "rank": runner.placement.rank}
 
     def _start_wandb(self, run_path: Path, config: dict[str, Any], run_id: str | None) -> WandbTracker | None:
         """The W&B run, or None when W&B is off or cannot start (one warning line; the run goes on)."""
@@ -246,6 +268,16 @@ def _best_server(rows: list[dict[str, float]]) -> dict[str, Any]:
         best = max(rows, key=lambda r: r.get(key, -1.0))
         out[f"best_{key}"] = {"value": best[key], "round": int(best["round"])}
     return out
+
+
+def launched_rank() -> int:
+    """This process's global rank as its launcher set it (torchrun: RANK; SLURM: SLURM_PROCID; Fabric's own
+    launcher: LOCAL_RANK on one node), 0 when not launched as one of several processes."""
+    for name in ("RANK", "SLURM_PROCID", "LOCAL_RANK"):
+        value = os.environ.get(name)
+        if value is not None and value.isdigit():
+            return int(value)
+    return 0
 
 
 def _started_here(path: Path) -> bool:

@@ -99,15 +99,21 @@ class PairwiseExchange(DecentralizedAlgorithm):
             federation.rng.algorithm,
         )
         senders = [federation.clients[s] for s, _ in pairs]
-        local_losses = [self.local_training(c, federation, runner) for c in senders]
-        fusion_losses = []
-        fused = 0
-        for sender, (_, r) in zip(senders, pairs):
-            receiver = federation.clients[r]
+        local_losses = runner.each(senders, lambda c: self.local_training(c, federation, runner))
+        sender_of = {r: federation.clients[s] for s, r in pairs}
+        arrived: set[int] = set()
+
+        def exchange(receiver: Client) -> float:
+            """One pair: the sender transmits, the receiver fuses (nothing when the sender failed)."""
+            sender = sender_of[receiver.id]
             if not self.send(federation, ledger, receiver, [sender], models=[self.outgoing(sender)]):
-                continue  # the sender failed: this pair does nothing else
-            fusion_losses.append(self.fuse(sender, receiver, federation, runner, ledger))
-            fused += 1
+                return float("nan")
+            arrived.add(receiver.id)
+            return self.fuse(sender, receiver, federation, runner, ledger)
+
+        losses = runner.each([federation.clients[r] for _, r in pairs], exchange)
+        fusion_losses = [loss for (_, r), loss in zip(pairs, losses) if r in arrived]
+        fused = len(arrived)
         extra = {
             "fused_pairs": float(fused),
             "num_receivers": float(len(pairs)),

@@ -88,7 +88,8 @@ def main(argv: Sequence[str]) -> int:
         print(f"lit-fl: error: the run failed ({type(err).__name__}); summary.json records it and the last "
               "checkpoint stays", file=sys.stderr)
         return EXIT_FAILED
-    _print_summary(summary)
+    if "rank" not in summary:  # processes other than rank 0 print nothing
+        _print_summary(summary)
     return {"completed": EXIT_OK, "interrupted": EXIT_INTERRUPTED}.get(summary["status"], EXIT_FAILED)
 
 

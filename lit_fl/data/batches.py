@@ -54,6 +54,15 @@ class ClientBatches:
                     x = self._augment(x)
                 yield x, self.y_all[idx]
 
+    def skip(self) -> None:
+        """Advance ``generator`` exactly as one iteration would, without cutting a batch (a process that does not
+        compute this client's phase keeps its streams in step with the one that does)."""
+        for _ in range(self.epochs):
+            torch.randperm(len(self.indices), generator=self.generator)
+            if self.augment == "crop_flip":
+                for _ in range(0, len(self.indices), self.batch_size):
+                    torch.randint(0, 2**62, (1,), generator=self.generator)
+
     def _augment(self, x: Tensor) -> Tensor:
         seed = int(torch.randint(0, 2**62, (1,), generator=self.generator))
         g = torch.Generator(device=x.device).manual_seed(seed)

@@ -31,6 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from lit_fl.federation.fingerprint import Fingerprint, fingerprint
+from lit_fl.federation.placement import Placement
 from lit_fl.federation.state import Client, Federation, WeightsToken
 
 #: ``(family, fingerprint)``: weights are the same model when both agree (family = architecture or extra's name)
@@ -59,9 +60,11 @@ class Evaluator:
         self,
         batch_size: int | None = None,
         autocast: Callable[[], AbstractContextManager] = nullcontext,
+        placement: Placement | None = None,
     ) -> None:
         self.batch_size = batch_size
         self.autocast = autocast
+        self.placement = placement  # several processes: passes are split over ranks
         self.evaluated = 0  # forward passes over a distinct set of weights (for tests and logs)
         self._keys: dict[int, dict[str, tuple[int, WeightsKey]]] = {}  # client -> slot -> (version, key)
         self._test: dict[WeightsKey, float] = {}
@@ -152,22 +155,51 @@ class Evaluator:
             preds = torch.cat([model(x[i : i + batch_size]).argmax(1) for i in range(0, len(x), batch_size)])
         return preds == y
 
-    def _run(self, key: WeightsKey, work: _Pass, fed: Federation) -> None:
+    def _count(self, work: _Pass, fed: Federation) -> list[int]:
+        """The pass's correct counts: the test set's (when asked), then each validation client's."""
         data, model = fed.data, work.model
         batch_size = self.batch_size or BATCH_SIZES.get(data.test_x.device.type, ACCELERATOR_BATCH_SIZE)
+        counts: list[int] = []
         was_training = model.training
         model.eval()
         try:
             if work.test:
-                self._test[key] = _accuracy(self._correct(model, data.test_x, data.test_y, batch_size))
+                counts.append(int(self._correct(model, data.test_x, data.test_y, batch_size).sum()))
             if work.val_clients:
                 idx = torch.cat([c.val_idx for c in work.val_clients]).to(data.train_x.device)
                 correct = self._correct(model, data.train_x[idx], data.train_y[idx], batch_size)
-                for client, segment in zip(work.val_clients, correct.split([len(c.val_idx) for c in work.val_clients])):
-                    self._val.setdefault(client.id, {})[key] = _accuracy(segment)
+                counts += [int(s.sum()) for s in correct.split([len(c.val_idx) for c in work.val_clients])]
         finally:
             model.train(was_training)
+        return counts
+
+    def _store(self, key: WeightsKey, work: _Pass, counts: list[int], fed: Federation) -> None:
+        if work.test:
+            self._test[key] = _accuracy(counts[0], len(fed.data.test_y))
+        for client, count in zip(work.val_clients, counts[int(work.test) :]):
+            self._val.setdefault(client.id, {})[key] = _accuracy(count, len(client.val_idx))
         self.evaluated += 1
+
+    def _run_all(self, passes: dict[WeightsKey, _Pass], fed: Federation) -> None:
+        """Run the passes; with several processes pass ``i`` runs on rank ``i mod world_size`` and the correct
+        counts are summed over ranks (integers: exact)."""
+        placement = self.placement
+        if placement is None or not placement.distributed:
+            for key, work in passes.items():
+                self._store(key, work, self._count(work, fed), fed)
+            return
+        sizes = [int(w.test) + len(w.val_clients) for w in passes.values()]
+        counts = torch.zeros(sum(sizes), dtype=torch.int64, device=fed.data.test_y.device)
+        offset = 0
+        for i, (work, size) in enumerate(zip(passes.values(), sizes)):
+            if i % placement.world_size == placement.rank:
+                counts[offset : offset + size] = torch.tensor(self._count(work, fed), dtype=torch.int64)
+            offset += size
+        placement.all_reduce_sum(counts)
+        offset = 0
+        for (key, work), size in zip(passes.items(), sizes):
+            self._store(key, work, [int(c) for c in counts[offset : offset + size]], fed)
+            offset += size
 
     def _server_accuracy(self, name: str, model: nn.Module, fed: Federation) -> float:
         version = fed.server_versions.get(name, 0)
@@ -177,7 +209,8 @@ class Evaluator:
             was_training = model.training
             model.eval()
             try:
-                cached = (version, _accuracy(self._correct(model, fed.data.test_x, fed.data.test_y, batch_size)))
+                correct = self._correct(model, fed.data.test_x, fed.data.test_y, batch_size)
+                cached = (version, _accuracy(int(correct.sum()), len(correct)))
             finally:
                 model.train(was_training)
             self._server[name] = cached
@@ -189,8 +222,7 @@ class Evaluator:
     def evaluate(self, fed: Federation) -> dict[str, float]:
         """The round's accuracy metrics (fractions in [0, 1])."""
         keys = [self.keys(c) for c in fed.clients]
-        for key, work in self._plan(fed, keys).items():
-            self._run(key, work, fed)
+        self._run_all(self._plan(fed, keys), fed)
         reported, regular, local, local_regular = [], [], [], []
         per_arch: dict[str, list[float]] = {}
         for client, k in zip(fed.clients, keys):
@@ -217,11 +249,11 @@ class Evaluator:
         return metrics
 
 
-def _accuracy(correct: Tensor) -> float:
+def _accuracy(correct: int, total: int) -> float:
     """``float32(correct) / total`` (torchmetrics' micro accuracy, bit for bit); NaN for no sample."""
-    if len(correct) == 0:
+    if total == 0:
         return float("nan")
-    return float(correct.sum().to(torch.float32) / len(correct))
+    return float(torch.tensor(correct, dtype=torch.float32) / total)
 
 
 def _mean(values: list[float]) -> float:

@@ -68,7 +68,8 @@ class RoundLoop:
                 row = self.run_round(round_)
                 if row is not None:
                     history.append(row)
-                if self._stop_requested:
+                if self.runner.any(self._stop_requested):  # every process stops after the same round
+                    self._stop_requested = True
                     self._checkpoint()
                     return LoopOutcome(round_, interrupted=True, history=history)
                 if self.checkpoint_every and (round_ % self.checkpoint_every == 0 or round_ == self.rounds):

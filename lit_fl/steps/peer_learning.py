@@ -10,7 +10,7 @@ one SGD per model (SGD, momentum and weight decay are all per parameter).
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import lightning as L
 import torch
@@ -47,6 +47,10 @@ class PeerLearningStep(L.LightningModule):
         self.model_optimizers = list(model_optimizers) if model_optimizers is not None else [None] * len(models)
         self.loss_sum = torch.zeros(())
         self.num_batches = 0
+        #: several processes: which models this rank computes, and the sum over ranks (see :meth:`shard`)
+        self.local: list[bool] | None = None
+        self._all_reduce: Callable[[Tensor], Tensor] | None = None
+        self._student_losses: list[Tensor] = []  # per batch, every trainable model's loss (0 where not local)
 
     @abstractmethod
     def model_loss(self, logits: Sequence[Tensor], y: Tensor, n: int) -> Tensor:
@@ -54,6 +58,8 @@ class PeerLearningStep(L.LightningModule):
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         x, y = batch
+        if self.local is not None:
+            return self._sharded_step(x, y)
         logits = [self._logits(n, x) for n in range(len(self.models))]
         total = logits[0].new_zeros((), dtype=torch.float32)
         for n, trainable in enumerate(self.trainable):
@@ -62,6 +68,62 @@ class PeerLearningStep(L.LightningModule):
         self.loss_sum = self.loss_sum.to(total.device) + total.detach()
         self.num_batches += 1
         return total
+
+    # -- several processes --------------------------------------------------------------------------------
+
+    def shard(self, local: Sequence[bool], all_reduce: Callable[[Tensor], Tensor]) -> None:
+        """Compute only the models with ``local[n]``; the others' logits arrive through ``all_reduce`` (a sum
+        over processes, each contributing its own models' logits and zeros elsewhere: exact)."""
+        self.local, self._all_reduce, self._student_losses = list(local), all_reduce, []
+
+    @property
+    def learns_here(self) -> bool:
+        """Whether this process trains any model of the step (it still joins every batch's exchange if not)."""
+        return self.local is None or any(t and l for t, l in zip(self.trainable, self.local))
+
+    def _sharded_step(self, x: Tensor, y: Tensor) -> Tensor:
+        assert self.local is not None and self._all_reduce is not None
+        own = {n: self._logits(n, x) for n in range(len(self.models)) if self.local[n]}
+        reference = next(iter(own.values()), None)
+        shared = x.new_zeros((len(self.models), len(y), self.num_outputs(own)), dtype=torch.float32)
+        for n, z in own.items():
+            shared[n] = z.detach().float()
+        self._all_reduce(shared)
+        dtype = reference.dtype if reference is not None else torch.float32
+        logits = [own[n] if n in own else shared[n].to(dtype) for n in range(len(self.models))]
+        losses = shared.new_zeros(len(self.models))
+        total = shared.new_zeros((), requires_grad=False)
+        for n, trainable in enumerate(self.trainable):
+            if trainable and self.local[n]:
+                loss = self.model_loss(logits, y, n)
+                losses[n] = loss.detach().float()
+                total = total + loss
+        self._student_losses.append(losses)
+        self.num_batches += 1
+        return total
+
+    def num_outputs(self, own: dict[int, Tensor]) -> int:
+        """Classes of the logits (a local model's output width, else the length of the class proportions)."""
+        if own:
+            return next(iter(own.values())).shape[1]
+        return self.class_proportions.numel()
+
+    def gather_losses(self, all_reduce: Callable[[Tensor], Tensor]) -> None:
+        """After a sharded pass: every student's per-batch loss from its process, summed in the one-process
+        order, so ``loss_sum`` is bit for bit what one process reports."""
+        if self.local is None:
+            return
+        if self._student_losses:
+            table = all_reduce(torch.stack(self._student_losses))
+            loss_sum = torch.zeros((), dtype=torch.float32, device=table.device)
+            for row in table:
+                total = torch.zeros((), dtype=torch.float32, device=table.device)
+                for n, trainable in enumerate(self.trainable):
+                    if trainable:
+                        total = total + row[n]
+                loss_sum = loss_sum + total
+            self.loss_sum = loss_sum
+        self.local, self._all_reduce, self._student_losses = None, None, []
 
     def _logits(self, n: int, x: Tensor) -> Tensor:
         model = self.models[n]

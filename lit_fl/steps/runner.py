@@ -10,61 +10,163 @@ placement with far less per-call overhead than building a Trainer for every clie
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from lit_fl.errors import ConfigError
+from lit_fl.federation.placement import Placement, client_costs
 from lit_fl.steps.precision import PRECISIONS, Precision
 
 if TYPE_CHECKING:
     import lightning as L
 
+    from lit_fl.federation.state import Client, Federation
+
 
 class StepRunner:
-    """Runs steps on one device with the configured precision.
+    """Runs steps with the configured precision, on one device or on one process per device.
 
-    ``accelerator="auto"`` picks a GPU when one is present. Multi-device execution of a federation is not
-    implemented yet: ``devices`` must be 1 (a clear error says so).
+    ``accelerator="auto"`` picks a GPU when one is present. With ``devices * num_nodes > 1`` (``strategy="ddp"``:
+    gloo on CPU, NCCL on GPU) Lightning Fabric launches one process per device, or joins the process group that
+    torchrun or SLURM started; every process runs the same round loop and :attr:`placement` says which client
+    each one computes (:mod:`lit_fl.federation.placement`).
     """
 
-    def __init__(self, accelerator: str = "auto", devices: int = 1, precision: Precision = "32-true") -> None:
+    def __init__(
+        self,
+        accelerator: str = "auto",
+        devices: int = 1,
+        precision: Precision = "32-true",
+        strategy: str = "auto",
+        num_nodes: int = 1,
+    ) -> None:
         if precision not in PRECISIONS:
             raise ConfigError(f"trainer.precision: {precision!r} is not allowed; allowed: {', '.join(PRECISIONS)}")
-        if devices != 1:
-            raise ConfigError("trainer.devices: only 1 is supported so far (one device runs the whole federation)")
         if precision == "16-mixed" and not _gpu_selected(accelerator):
             raise ConfigError("trainer.precision: 16-mixed needs a GPU; allowed on CPU: 32-true, bf16-mixed")
+        if devices < 1 or num_nodes < 1:
+            raise ConfigError(f"trainer.devices and trainer.num_nodes must be >= 1, got {devices} and {num_nodes}")
         from lightning.fabric import Fabric  # imported when a run starts: the command line stays fast
 
-        self.fabric = Fabric(accelerator=accelerator, devices=devices, precision=precision)
+        multi = devices * num_nodes > 1
+        self.fabric = Fabric(
+            accelerator=accelerator,
+            devices=devices,
+            num_nodes=num_nodes,
+            strategy=("ddp" if multi and strategy == "auto" else strategy),
+            precision=precision,
+        )
+        if multi:
+            self.fabric.launch()  # spawns the other local processes, or joins torchrun's / SLURM's group
         self.precision = precision
+        self.placement = Placement([], self.fabric.global_rank, self.fabric.world_size)
+        self._phase: str | None = None  # inside each(): "local" (this rank's client) or "dry" (another's)
 
     @property
     def device(self) -> torch.device:
         return self.fabric.device
 
-    def fit(self, step: L.LightningModule, batches: Iterable[tuple[Tensor, Tensor]]) -> L.LightningModule:
-        """Train ``step`` for one pass over ``batches``; the step's models are updated in place."""
-        optimizer = step.configure_optimizers()
+    @property
+    def is_global_zero(self) -> bool:
+        """Whether this process writes the run directory, W&B and the progress bar."""
+        return self.fabric.global_rank == 0
+
+    def place(self, federation: Federation) -> Placement:
+        """Balance the federation's clients over the processes (a no-op placement in one process)."""
+        self.placement = Placement.balanced(client_costs(federation), self.fabric.global_rank, self.fabric.world_size)
+        return self.placement
+
+    def fit(
+        self,
+        step: L.LightningModule,
+        batches: Iterable[tuple[Tensor, Tensor]],
+        owners: Sequence[int] | None = None,
+    ) -> L.LightningModule:
+        """Train ``step`` for one pass over ``batches``; the step's models are updated in place.
+
+        Several processes: ``owners`` names the client of each of the step's models (a
+        :class:`~lit_fl.steps.PeerLearningStep`); every rank runs its own clients' part and the models are
+        broadcast by their owners afterwards. A step without ``owners`` outside :meth:`each` runs on every
+        rank and takes rank 0's result.
+        """
+        if self._phase == "dry":
+            if owners is not None:
+                raise RuntimeError("a step with owners cannot run inside StepRunner.each")
+            _drain(batches)
+            return step
+        if self._phase == "local" or not self.placement.distributed:
+            return self._fit(step, batches)
+        if owners is None:
+            self._fit(step, batches)
+            self.placement.broadcast_module(step, src=0)
+            step.loss_sum = torch.tensor(self.placement.share_values([float(step.loss_sum)], [0], self.device)[0])
+            return step
+        local = [self.placement.is_local(n) for n in owners]
+        step.shard(local, self.placement.all_reduce_sum)
+        self._fit(step, batches)
+        step.gather_losses(self.placement.all_reduce_sum)
+        for model, owner, trainable in zip(step.models, owners, step.trainable):
+            if trainable:
+                self.placement.broadcast_module(model, src=self.placement.owner(owner))
+        return step
+
+    def each(self, clients: Sequence[Client], phase: Callable[[Client], float]) -> list[float]:
+        """``[phase(c) for c in clients]``, each phase on the rank that owns its client.
+
+        A phase may train and replace its own client's regular model and read (never change) other clients'.
+        On the other ranks it runs *dry*: every draw from the shared streams happens (batch orders included) but
+        no step computes; then the owners broadcast the clients' weights and the phases' values. One process:
+        exactly the list comprehension."""
+        if not self.placement.distributed:
+            return [phase(c) for c in clients]
+        values = []
+        for client in clients:
+            self._phase = "local" if self.placement.is_local(client.id) else "dry"
+            try:
+                values.append(phase(client))
+            finally:
+                self._phase = None
+        owners = [self.placement.owner(c.id) for c in clients]
+        for client, owner in zip(clients, owners):
+            self.placement.broadcast_module(client.regular_model, src=owner)
+        return self.placement.share_values(values, owners, self.device)
+
+    def _fit(self, step: L.LightningModule, batches: Iterable[tuple[Tensor, Tensor]]) -> L.LightningModule:
         if not _on_device(step, self.device):
             step = step.to(self.device)
         step.train()
-        optimizer = self.fabric.setup_optimizers(optimizer)
+        learns = getattr(step, "learns_here", True)
+        optimizer = self.fabric.setup_optimizers(step.configure_optimizers()) if learns else None
         autocast = self.fabric.autocast
         for batch_idx, batch in enumerate(batches):
             with autocast():
                 loss = step.training_step(batch, batch_idx)
-            self.fabric.backward(loss)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            if optimizer is not None:
+                self.fabric.backward(loss)
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
         return step
+
+    def any(self, flag: bool) -> bool:
+        """Whether ``flag`` holds on any process (one process: ``flag``)."""
+        return self.placement.any(flag, self.device)
 
     def autocast(self):  # noqa: ANN201 - a context manager
         """The precision context for forward passes outside :meth:`fit` (evaluation)."""
         return self.fabric.autocast()
+
+
+def _drain(batches: Iterable[tuple[Tensor, Tensor]]) -> None:
+    """Advance the random streams ``batches`` draws from exactly as iterating it would, without the data."""
+    skip = getattr(batches, "skip", None)
+    if skip is not None:
+        skip()
+        return
+    for _ in batches:
+        pass
 
 
 def _on_device(step: torch.nn.Module, device: torch.device) -> bool:

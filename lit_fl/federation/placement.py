@@ -1,0 +1,109 @@
+"""``Placement``: which process (rank) computes which client, and the few collectives that keep ranks equal.
+
+lit-fl runs SPMD (like pfl-research's simulator): every rank runs the same round loop and draws the same
+aggregators, senders, faults and batch orders from the shared seeded streams. Every rank holds the whole
+federation (the dataset and every client's models, replicated); what is split is the *work*:
+
+* a client phase (local training, a Def-KT fusion) runs on the rank that owns the client; the other ranks
+  only advance the random streams the phase draws from, and afterwards the owner broadcasts the client's
+  new weights and the phase's value (:meth:`StepRunner.each`);
+* DFML's mutual learning runs every participant's forward/backward on its owner; per batch the logits are
+  summed over ranks (each rank contributes its own participants' logits, zeros elsewhere, so the sum is exact)
+  and each student's loss uses the others' logits as detached teachers: the one-process math, bit for bit;
+* a step nobody owns (a server's distillation) runs on every rank and rank 0's result is broadcast, so
+  replicas cannot drift even where a GPU kernel is not deterministic;
+* evaluation splits its passes over ranks and sums the correct counts.
+
+Averaging needs no collective: every rank holds every model and computes the same average. Ownership is
+balanced by cost (train samples x parameters, largest first, to the least-loaded rank) and never changes
+the numbers: a client's results do not depend on which rank, or how many ranks, compute it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+
+class Placement:
+    """Client ``n`` is computed by rank ``owners[n]``; this process is ``rank`` of ``world_size``."""
+
+    def __init__(self, owners: Sequence[int], rank: int = 0, world_size: int = 1) -> None:
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} is outside 0..{world_size - 1}")
+        self.owners, self.rank, self.world_size = list(owners), rank, world_size
+
+    @classmethod
+    def balanced(cls, costs: Sequence[float], rank: int = 0, world_size: int = 1) -> Placement:
+        """Longest-processing-time-first: clients by decreasing cost (ties: lower id), each to the rank with the
+        least cost so far (ties: lower rank). Deterministic, so every rank computes the same placement."""
+        load = [0.0] * world_size
+        owners = [0] * len(costs)
+        for n in sorted(range(len(costs)), key=lambda i: (-costs[i], i)):
+            r = min(range(world_size), key=lambda k: (load[k], k))
+            owners[n] = r
+            load[r] += costs[n]
+        return cls(owners, rank, world_size)
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+    def owner(self, client_id: int) -> int:
+        return self.owners[client_id] if self.distributed else 0
+
+    def is_local(self, client_id: int) -> bool:
+        return self.owner(client_id) == self.rank
+
+    def local_clients(self) -> list[int]:
+        return [n for n, r in enumerate(self.owners) if r == self.rank]
+
+    # -- collectives (no-ops in one process) ------------------------------------------------------------
+
+    def all_reduce_sum(self, tensor: Tensor) -> Tensor:
+        """Sum ``tensor`` over ranks in place (exact where every entry comes from one rank, zeros elsewhere)."""
+        if self.distributed:
+            torch.distributed.all_reduce(tensor, op=torch.distributed.ReduceOp.SUM)
+        return tensor
+
+    def any(self, flag: bool, device: torch.device) -> bool:
+        """Whether ``flag`` holds on any rank (e.g. a stop request that reached one process)."""
+        if not self.distributed:
+            return flag
+        value = torch.tensor([1.0 if flag else 0.0], device=device)
+        torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.MAX)
+        return bool(value.item() > 0)
+
+    def broadcast_module(self, module: nn.Module, src: int) -> None:
+        """Every parameter and buffer of ``module`` takes rank ``src``'s values (one flat tensor per dtype)."""
+        if not self.distributed:
+            return
+        by_dtype: dict[tuple[torch.dtype, torch.device], list[Tensor]] = {}
+        for tensor in module.state_dict(keep_vars=True).values():
+            by_dtype.setdefault((tensor.dtype, tensor.device), []).append(tensor)
+        for tensors in by_dtype.values():
+            flat = torch.cat([t.detach().reshape(-1) for t in tensors])
+            torch.distributed.broadcast(flat, src=src)
+            if self.rank == src:
+                continue
+            with torch.no_grad():
+                offset = 0
+                for t in tensors:
+                    t.copy_(flat[offset : offset + t.numel()].view(t.shape))
+                    offset += t.numel()
+
+    def share_values(self, values: Sequence[float], sources: Sequence[int], device: torch.device) -> list[float]:
+        """``values[i]`` as computed on rank ``sources[i]`` (float64, exact), on every rank."""
+        if not self.distributed:
+            return list(values)
+        mine = [v if s == self.rank else 0.0 for v, s in zip(values, sources)]
+        tensor = torch.tensor(mine, dtype=torch.float64, device=device)
+        torch.distributed.all_reduce(tensor, op=torch.distributed.ReduceOp.SUM)
+        return [float(v) for v in tensor.cpu()]
+
+
+def client_costs(federation: object) -> list[float]:
+    """A client's cost for balancing: train samples x parameters (one sample and one parameter at least)."""
+    return [float(max(c.num_train, 1) * max(c.num_params, 1)) for c in federation.clients]  # type: ignore[attr-defined]
