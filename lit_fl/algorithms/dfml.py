@@ -141,7 +141,8 @@ class DFML(DecentralizedAlgorithm):
             temperature=self.temperature,
             optimizer=self.optimizer,
         )
-        runner.fit(step, self.batches(federation, aggregator.train_idx, self.mutual_epochs), owners=[c.id for c in clients])
+        batches = self.batches(federation, aggregator.train_idx, self.mutual_epochs)
+        runner.fit(step, batches, owners=[c.id for c in clients])
         for i, client in enumerate(clients):
             if step.trainable[i]:
                 client.touch()

@@ -181,18 +181,22 @@ class Evaluator:
         self.evaluated += 1
 
     def _run_all(self, passes: dict[WeightsKey, _Pass], fed: Federation) -> None:
-        """Run the passes; with several processes pass ``i`` runs on rank ``i mod world_size`` and the correct
-        counts are summed over ranks (integers: exact)."""
+        """Run the passes; with several processes the passes are balanced over ranks by cost (samples x
+        parameters) and the correct counts are summed over ranks (integers: exact)."""
         placement = self.placement
         if placement is None or not placement.distributed:
             for key, work in passes.items():
                 self._store(key, work, self._count(work, fed), fed)
             return
         sizes = [int(w.test) + len(w.val_clients) for w in passes.values()]
-        counts = torch.zeros(sum(sizes), dtype=torch.int64, device=fed.data.test_y.device)
+        device = fed.data.test_y.device
+        if not placement.agree([len(sizes), sum(sizes)], device):
+            raise RuntimeError("the processes' federations diverged: they planned different evaluation passes")
+        counts = torch.zeros(sum(sizes), dtype=torch.int64, device=device)
+        ranks = placement.spread([_pass_cost(w, fed) for w in passes.values()])
         offset = 0
-        for i, (work, size) in enumerate(zip(passes.values(), sizes)):
-            if i % placement.world_size == placement.rank:
+        for work, size, rank in zip(passes.values(), sizes, ranks):
+            if rank == placement.rank:
                 counts[offset : offset + size] = torch.tensor(self._count(work, fed), dtype=torch.int64)
             offset += size
         placement.all_reduce_sum(counts)
@@ -247,6 +251,11 @@ class Evaluator:
             metrics[f"global_acc_{name}"] = _mean([self._test[key] for _, key in owners])
             metrics[f"local_acc_{name}"] = _mean([self._val[c.id][key] for c, key in owners])
         return metrics
+
+
+def _pass_cost(work: _Pass, fed: Federation) -> float:
+    samples = (len(fed.data.test_y) if work.test else 0) + sum(len(c.val_idx) for c in work.val_clients)
+    return float(samples * sum(p.numel() for p in work.model.parameters()))
 
 
 def _accuracy(correct: int, total: int) -> float:

@@ -79,7 +79,7 @@ class PeerLearningStep(L.LightningModule):
     @property
     def learns_here(self) -> bool:
         """Whether this process trains any model of the step (it still joins every batch's exchange if not)."""
-        return self.local is None or any(t and l for t, l in zip(self.trainable, self.local))
+        return self.local is None or any(t and here for t, here in zip(self.trainable, self.local))
 
     def _sharded_step(self, x: Tensor, y: Tensor) -> Tensor:
         assert self.local is not None and self._all_reduce is not None

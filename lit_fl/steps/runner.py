@@ -62,7 +62,7 @@ class StepRunner:
         if multi:
             self.fabric.launch()  # spawns the other local processes, or joins torchrun's / SLURM's group
         self.precision = precision
-        self.placement = Placement([], self.fabric.global_rank, self.fabric.world_size)
+        self.placement = Placement((), self.fabric.global_rank, self.fabric.world_size)
         self._phase: str | None = None  # inside each(): "local" (this rank's client) or "dry" (another's)
 
     @property
@@ -76,7 +76,7 @@ class StepRunner:
 
     def place(self, federation: Federation) -> Placement:
         """Balance the federation's clients over the processes (a no-op placement in one process)."""
-        self.placement = Placement.balanced(client_costs(federation), self.fabric.global_rank, self.fabric.world_size)
+        self.placement = Placement(client_costs(federation), self.fabric.global_rank, self.fabric.world_size)
         return self.placement
 
     def fit(
@@ -88,9 +88,9 @@ class StepRunner:
         """Train ``step`` for one pass over ``batches``; the step's models are updated in place.
 
         Several processes: ``owners`` names the client of each of the step's models (a
-        :class:`~lit_fl.steps.PeerLearningStep`); every rank runs its own clients' part and the models are
-        broadcast by their owners afterwards. A step without ``owners`` outside :meth:`each` runs on every
-        rank and takes rank 0's result.
+        :class:`~lit_fl.steps.PeerLearningStep`); the clients are balanced over the ranks, every rank runs its
+        share and the models are broadcast by the ranks that trained them. A step without ``owners`` outside
+        :meth:`each` runs on every rank and takes rank 0's result.
         """
         if self._phase == "dry":
             if owners is not None:
@@ -104,17 +104,17 @@ class StepRunner:
             self.placement.broadcast_module(step, src=0)
             step.loss_sum = torch.tensor(self.placement.share_values([float(step.loss_sum)], [0], self.device)[0])
             return step
-        local = [self.placement.is_local(n) for n in owners]
-        step.shard(local, self.placement.all_reduce_sum)
+        ranks = self.placement.assign(owners)
+        step.shard([r == self.placement.rank for r in ranks], self.placement.all_reduce_sum)
         self._fit(step, batches)
         step.gather_losses(self.placement.all_reduce_sum)
-        for model, owner, trainable in zip(step.models, owners, step.trainable):
+        for model, rank, trainable in zip(step.models, ranks, step.trainable):
             if trainable:
-                self.placement.broadcast_module(model, src=self.placement.owner(owner))
+                self.placement.broadcast_module(model, src=rank)
         return step
 
     def each(self, clients: Sequence[Client], phase: Callable[[Client], float]) -> list[float]:
-        """``[phase(c) for c in clients]``, each phase on the rank that owns its client.
+        """``[phase(c) for c in clients]``, each phase on one rank (the clients balanced over ranks by cost).
 
         A phase may train and replace its own client's regular model and read (never change) other clients'.
         On the other ranks it runs *dry*: every draw from the shared streams happens (batch orders included) but
@@ -122,14 +122,14 @@ class StepRunner:
         exactly the list comprehension."""
         if not self.placement.distributed:
             return [phase(c) for c in clients]
+        owners = self.placement.assign([c.id for c in clients])
         values = []
-        for client in clients:
-            self._phase = "local" if self.placement.is_local(client.id) else "dry"
+        for client, owner in zip(clients, owners):
+            self._phase = "local" if owner == self.placement.rank else "dry"
             try:
                 values.append(phase(client))
             finally:
                 self._phase = None
-        owners = [self.placement.owner(c.id) for c in clients]
         for client, owner in zip(clients, owners):
             self.placement.broadcast_module(client.regular_model, src=owner)
         return self.placement.share_values(values, owners, self.device)
