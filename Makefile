@@ -21,8 +21,12 @@ test-fast:  ## everything but the slow end-to-end tests
 lint:
 	$(PYTHON) -m ruff check lit_fl tests benchmarks
 
-bench:  ## time a DFML round against a plain-PyTorch loop doing the same math
+bench:  ## every benchmark: round time, FedAvg vs plain loop, scale, CLI latency, 2 processes vs 1 (~15 min)
 	$(PYTHON) benchmarks/round_time.py
+	$(PYTHON) benchmarks/fedavg_vs_plain.py
+	$(PYTHON) benchmarks/scale.py
+	$(PYTHON) benchmarks/cli_latency.py
+	$(PYTHON) benchmarks/multi_process.py
 
 clean:
 	rm -rf runs wandb .pytest_cache

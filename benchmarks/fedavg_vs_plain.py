@@ -146,7 +146,8 @@ def main() -> None:
                     flush=True,
                 )
             print(f"fedavg {num_clients:>4} clients: end-to-end ratio lit-fl / plain  min {min(ratios):.3f}  "
-                  f"median {statistics.median(ratios):.3f}  ({args.repeats} repeats x {args.rounds} rounds)", flush=True)
+                  f"median {statistics.median(ratios):.3f}  ({args.repeats} repeats x {args.rounds} rounds)",
+                  flush=True)
 
 
 if __name__ == "__main__":

@@ -94,17 +94,18 @@ def bench_rounds(num_clients: int, rounds: int) -> None:
         fit_s = [0.0]
         fit = runner.fit
 
-        def timed_fit(step, batches, _fit=fit):  # noqa: ANN001, ANN202
+        def timed_fit(step, batches, owners=None, _fit=fit, _fit_s=fit_s):  # noqa: ANN001, ANN202
             start = time.perf_counter()
             try:
-                return _fit(step, batches)
+                return _fit(step, batches, owners=owners)
             finally:
-                fit_s[0] += time.perf_counter() - start
+                _fit_s[0] += time.perf_counter() - start
 
         runner.fit = timed_fit  # type: ignore[method-assign]
         with tempfile.TemporaryDirectory() as tmp:
             csv = MetricsCSV(Path(tmp) / "metrics.csv")
-            loop = RoundLoop(fed, algorithm, runner, evaluator, ledger, rounds, sinks=[lambda row, r: csv.append(row)])
+            sinks = [lambda row, r, _csv=csv: _csv.append(row)]
+            loop = RoundLoop(fed, algorithm, runner, evaluator, ledger, rounds, sinks=sinks)
             for round_ in range(1, rounds + 1):
                 fit_s[0] = 0.0
                 start = time.perf_counter()
