@@ -103,8 +103,9 @@ class TrainerConfig:
         devices: processes (devices) per node. More than 1 splits the federation's work over processes
             (torch.distributed through Fabric: gloo on CPU, NCCL on GPU); the numbers stay those of 1.
         num_nodes: nodes (torchrun or SLURM start the processes on each node).
-        strategy: auto (ddp when devices x num_nodes > 1) or ddp.
-        precision: 32-true, bf16-mixed or 16-mixed.
+        strategy: auto or ddp: both run ddp when devices x num_nodes > 1, one process otherwise.
+        precision: 32-true, bf16-mixed or 16-mixed (GPU only; with several processes each keeps its own
+            gradient scaler, so 16-mixed results depend on the process count: bf16-mixed needs no scaler).
     """
 
     accelerator: str = "auto"

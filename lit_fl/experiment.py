@@ -100,7 +100,7 @@ class Experiment:
             return path
         name = self.name or f"{self.algorithm.name.lower()}-{self.data.dataset}-{datetime.now():%Y%m%d-%H%M%S}"
         path = self.run_dir / name
-        if path.exists() and launched_rank() == 0:  # another rank of this run may have created it already
+        if path.exists() and not launched_follower():  # rank 0 of this run may have created it already
             raise ConfigError(f"run directory {path} exists; choose another --name or continue it with --resume {path}")
         return path
 
@@ -270,14 +270,21 @@ def _best_server(rows: list[dict[str, float]]) -> dict[str, Any]:
     return out
 
 
-def launched_rank() -> int:
-    """This process's global rank as its launcher set it (torchrun: RANK; SLURM: SLURM_PROCID; Fabric's own
-    launcher: LOCAL_RANK on one node), 0 when not launched as one of several processes."""
-    for name in ("RANK", "SLURM_PROCID", "LOCAL_RANK"):
-        value = os.environ.get(name)
-        if value is not None and value.isdigit():
-            return int(value)
-    return 0
+def launched_follower() -> bool:
+    """Whether a launcher started this process as one of several and not as rank 0 (torchrun: WORLD_SIZE and
+    RANK; Fabric's own launcher: WORLD_SIZE, NODE_RANK and LOCAL_RANK; SLURM: SLURM_NTASKS and SLURM_PROCID).
+    A stray rank variable in a single-process run does not count."""
+    env = os.environ
+    if _env_int("WORLD_SIZE") > 1:
+        if "RANK" in env:
+            return _env_int("RANK") > 0
+        return _env_int("NODE_RANK") > 0 or _env_int("LOCAL_RANK") > 0
+    return _env_int("SLURM_NTASKS") > 1 and _env_int("SLURM_PROCID") > 0
+
+
+def _env_int(name: str) -> int:
+    value = os.environ.get(name, "")
+    return int(value) if value.isdigit() else 0
 
 
 def _started_here(path: Path) -> bool:

@@ -135,3 +135,34 @@ def assert_same_run(got: Path, want: Path) -> None:
         assert_same(client["peak"], ref_client["peak"], f"client {n} peak")
     assert_same(state["federation"]["server"], ref_state["federation"]["server"], "server models")
     assert_same(state["federation"]["rng"], ref_state["federation"]["rng"], "random streams")
+
+
+def test_stopped_two_process_run_keeps_its_checkpoint_and_exits_75(tmp_path: Path) -> None:
+    """SIGTERM to ``lit-fl fit --trainer.devices 2`` (Fabric's own launcher): every process stops after the same
+    round, rank 0 writes the checkpoint and summary.json, and the run exits 75. Followers exit 0: a follower
+    exiting non-zero makes the launcher SIGKILL rank 0 while it writes."""
+    import time
+
+    cfg = write_config(tmp_path / "long.yaml", tiny_config("DFML", rounds=500))
+    run = tmp_path / "runs" / "long"
+    command = [str(Path(sys.executable).parent / "lit-fl"), "fit", "--config", str(cfg), "--run_dir",
+               str(tmp_path / "runs"), "--name", "long", "--trainer.accelerator", "cpu", "--trainer.devices", "2"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (run / "checkpoints" / "last.ckpt").is_file() and proc.poll() is None:
+            assert time.monotonic() < deadline, "no checkpoint after 120 s"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 75, stderr[-4000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "interrupted"
+    rounds = [r["round"] for r in read_metrics(run / "metrics.csv")]
+    assert rounds == list(range(1, summary["rounds_completed"] + 1)) and len(rounds) < 500
+    assert load_ckpt(run)["federation"]["round"] == summary["rounds_completed"]

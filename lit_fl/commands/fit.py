@@ -88,8 +88,9 @@ def main(argv: Sequence[str]) -> int:
         print(f"lit-fl: error: the run failed ({type(err).__name__}); summary.json records it and the last "
               "checkpoint stays", file=sys.stderr)
         return EXIT_FAILED
-    if "rank" not in summary:  # processes other than rank 0 print nothing
-        _print_summary(summary)
+    if "rank" in summary:  # processes other than rank 0 print nothing and exit 0 once their rounds are done: a
+        return EXIT_OK  # launcher kills the whole group when one process exits non-zero, rank 0 mid-write included
+    _print_summary(summary)
     return {"completed": EXIT_OK, "interrupted": EXIT_INTERRUPTED}.get(summary["status"], EXIT_FAILED)
 
 

@@ -56,7 +56,7 @@ class StepRunner:
             accelerator=accelerator,
             devices=devices,
             num_nodes=num_nodes,
-            strategy=("ddp" if multi and strategy == "auto" else strategy),
+            strategy="ddp" if multi else "auto",  # ddp over one process is one process
             precision=precision,
         )
         if multi:
@@ -92,9 +92,9 @@ class StepRunner:
         share and the models are broadcast by the ranks that trained them. A step without ``owners`` outside
         :meth:`each` runs on every rank and takes rank 0's result.
         """
+        if owners is not None and self._phase is not None:  # raised on every rank alike (no rank left waiting)
+            raise RuntimeError("a step with owners cannot run inside StepRunner.each")
         if self._phase == "dry":
-            if owners is not None:
-                raise RuntimeError("a step with owners cannot run inside StepRunner.each")
             _drain(batches)
             return step
         if self._phase == "local" or not self.placement.distributed:
