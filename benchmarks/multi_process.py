@@ -6,10 +6,13 @@ threads, all cores), 1 process with 1 thread (the scaling baseline) and N proces
 transport and evaluation; process start-up and imports excluded), the median over the run's rounds; the ratio is
 1-process seconds per round / N-process seconds per round, min and median over repeats.
 
-A second table gives the peak RSS of the largest process for a 100-client mnist5k DFML round at 1 and N
-processes.
+A second table gives the peak RSS of the largest process for a 100-client mnist5k DFML round at 1 process (all
+cores' threads, then 1 thread) and N processes. Every rank holds every model's weights (see
+lit_fl/federation/placement.py); what shrinks per rank is its share of the work's memory: the activations and
+gradients of the mutual-learning participants it trains, and its evaluation passes. The 1-thread line shows how
+much of a difference comes from threads per process instead.
 
-    python benchmarks/multi_process.py [--processes 2] [--rounds 6] [--repeats 3]
+    python benchmarks/multi_process.py [--processes 2] [--rounds 6] [--repeats 3] [--memory-only]
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ def seconds_per_round(run: Path) -> float:
     return statistics.median(float(r["round_s"]) + float(r["eval_s"]) for r in rows)
 
 
-def peak_rss_mb(run_dir: Path, name: str, devices: int) -> float:
+def peak_rss_mb(run_dir: Path, name: str, devices: int, threads: int | None = None) -> float:
     """Peak RSS of the largest finished descendant (every rank is one) of a 1-round, 100-client run."""
     script = (
         "import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL, "
@@ -58,7 +61,10 @@ def peak_rss_mb(run_dir: Path, name: str, devices: int) -> float:
                "--run_dir", str(run_dir), "--name", name, "--rounds", "1", "--data.num_clients", "100",
                "--logger.wandb", "false", "--logger.progress", "false", "--trainer.accelerator", "cpu",
                "--trainer.devices", str(devices)]
-    out = subprocess.run(command, check=True, capture_output=True, text=True)
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(threads)
+    out = subprocess.run(command, check=True, capture_output=True, text=True, env=env)
     return int(out.stdout.strip().splitlines()[-1]) / 1024
 
 
@@ -67,13 +73,14 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--memory-only", action="store_true", help="only the peak-RSS lines")
     args = parser.parse_args()
     n = args.processes
     ratios: list[float] = []
     scaling: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         runs = Path(tmp)
-        for repeat in range(1, args.repeats + 1):
+        for repeat in range(1, 0 if args.memory_only else args.repeats + 1):
             wall_1 = fit(runs, f"one-{repeat}", 1, "--rounds", str(args.rounds))
             fit(runs, f"single-{repeat}", 1, "--rounds", str(args.rounds), threads=1)
             wall_n = fit(runs, f"many-{repeat}", n, "--rounds", str(args.rounds))
@@ -84,12 +91,16 @@ def main() -> None:
             print(f"repeat {repeat}: s/round 1 process {one:.3f} (1 thread: {single:.3f}), {n} processes {many:.3f} "
                   f"-> {ratios[-1]:.2f}x faster than 1 process ({scaling[-1]:.2f}x than 1 thread) | wall incl. "
                   f"start-up {wall_1:.1f} s vs {wall_n:.1f} s", flush=True)
-        print(f"DFML quickstart, {n} processes vs 1: {min(ratios):.2f}x min, {statistics.median(ratios):.2f}x median "
-              f"per round; vs 1 process with 1 thread: {min(scaling):.2f}x min, {statistics.median(scaling):.2f}x "
-              f"median ({args.repeats} repeats x {args.rounds} rounds)", flush=True)
-        for devices in (1, n):
-            print(f"100 clients, {devices} process(es): peak RSS of the largest process "
-                  f"{peak_rss_mb(runs, f'rss-{devices}', devices):.0f} MB", flush=True)
+        if ratios:
+            print(f"DFML quickstart, {n} processes vs 1: {min(ratios):.2f}x min, "
+                  f"{statistics.median(ratios):.2f}x median per round; vs 1 process with 1 thread: "
+                  f"{min(scaling):.2f}x min, {statistics.median(scaling):.2f}x median ({args.repeats} repeats x "
+                  f"{args.rounds} rounds)", flush=True)
+        # weights are replicated; a rank's activations and gradients are those of its share of the participants
+        for devices, threads in ((1, None), (1, 1), (n, None)):
+            label = f"{devices} process(es)" + (f", {threads} thread" if threads else "")
+            print(f"100 clients, {label}: peak RSS of the largest process "
+                  f"{peak_rss_mb(runs, f'rss-{devices}-{threads}', devices, threads):.0f} MB", flush=True)
 
 
 if __name__ == "__main__":
