@@ -6,11 +6,11 @@ threads, all cores), 1 process with 1 thread (the scaling baseline) and N proces
 transport and evaluation; process start-up and imports excluded), the median over the run's rounds; the ratio is
 1-process seconds per round / N-process seconds per round, min and median over repeats.
 
-A second table gives the peak RSS of the largest process for a 100-client mnist5k DFML round at 1 process (all
-cores' threads, then 1 thread) and N processes. Every rank holds every model's weights (see
-lit_fl/federation/placement.py); what shrinks per rank is its share of the work's memory: the activations and
-gradients of the mutual-learning participants it trains, and its evaluation passes. The 1-thread line shows how
-much of a difference comes from threads per process instead.
+A second table gives the peak RSS of the largest process for a 100-client mnist5k DFML round: 1 process with 1
+thread, then 1, 2 and 3 processes (``--memory-processes``) with their default threads. Every rank holds every
+model's weights (see lit_fl/federation/placement.py); what shrinks per rank is its share of the work's memory:
+the activations and gradients of the mutual-learning participants it trains, and its evaluation passes. The
+1-thread line shows how much of a difference comes from threads per process instead.
 
     python benchmarks/multi_process.py [--processes 2] [--rounds 6] [--repeats 3] [--memory-only]
 """
@@ -74,6 +74,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--memory-only", action="store_true", help="only the peak-RSS lines")
+    parser.add_argument("--memory-processes", type=int, nargs="+", default=[1, 2, 3])
     args = parser.parse_args()
     n = args.processes
     ratios: list[float] = []
@@ -97,7 +98,7 @@ def main() -> None:
                   f"{min(scaling):.2f}x min, {statistics.median(scaling):.2f}x median ({args.repeats} repeats x "
                   f"{args.rounds} rounds)", flush=True)
         # weights are replicated; a rank's activations and gradients are those of its share of the participants
-        for devices, threads in ((1, None), (1, 1), (n, None)):
+        for devices, threads in [(1, 1)] + [(d, None) for d in args.memory_processes]:
             label = f"{devices} process(es)" + (f", {threads} thread" if threads else "")
             print(f"100 clients, {label}: peak RSS of the largest process "
                   f"{peak_rss_mb(runs, f'rss-{devices}-{threads}', devices, threads):.0f} MB", flush=True)
