@@ -21,7 +21,7 @@ test-fast:  ## everything but the slow end-to-end tests
 lint:
 	$(PYTHON) -m ruff check lit_fl tests benchmarks
 
-bench:  ## every benchmark: round time, FedAvg vs plain loop, scale, CLI latency, 2 processes vs 1 (~15 min)
+bench:  ## every benchmark: round time, FedAvg vs plain loop, scale, CLI latency, 2 processes vs 1 (~30 min on 2 cores)
 	$(PYTHON) benchmarks/round_time.py
 	$(PYTHON) benchmarks/fedavg_vs_plain.py
 	$(PYTHON) benchmarks/scale.py
