@@ -113,7 +113,6 @@ class Experiment:
             self.trainer.accelerator,
             self.trainer.devices,
             self.trainer.precision,
-            strategy=self.trainer.strategy,
             num_nodes=self.trainer.num_nodes,
         )
         federation = build_federation(

@@ -54,9 +54,24 @@ def test_a_follower_exits_0_and_prints_nothing(monkeypatch: pytest.MonkeyPatch, 
         assert result.rc == rank0_rc and result.out.startswith(status)
 
 
-def test_ddp_on_one_process_runs_as_one_process() -> None:
-    runner = StepRunner(accelerator="cpu", devices=1, strategy="ddp")
+def test_ddp_on_one_process_runs_as_one_process(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """``--trainer.strategy ddp`` with one device builds the runner a one-process run uses, and it trains."""
+    built: list[StepRunner] = []
+    build = Experiment.build
+
+    def spy(self: Experiment) -> tuple[Any, StepRunner]:
+        federation, runner = build(self)
+        built.append(runner)
+        return federation, runner
+
+    monkeypatch.setattr(Experiment, "build", spy)
+    cfg = write_config(tmp_path / "run.yaml", tiny_config("DFML", rounds=1))
+    result = run_cli("fit", "--config", cfg, "--run_dir", tmp_path, "--trainer.accelerator", "cpu",
+                     "--trainer.strategy", "ddp")
+    assert result.rc == 0, result.err
+    runner = built[0]
+    assert not runner.placement.distributed
     step = LocalTraining(nn.Linear(4, 3), torch.full((3,), 1 / 3), loss="ce")
     before = step.model.weight.detach().clone()
     runner.fit(step, [(torch.randn(8, 4), torch.randint(0, 3, (8,)))])
-    assert not runner.placement.distributed and not torch.equal(before, step.model.weight)
+    assert not torch.equal(before, step.model.weight)

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 class StepRunner:
     """Runs steps with the configured precision, on one device or on one process per device.
 
-    ``accelerator="auto"`` picks a GPU when one is present. With ``devices * num_nodes > 1`` (``strategy="ddp"``:
+    ``accelerator="auto"`` picks a GPU when one is present. With ``devices * num_nodes > 1`` (Fabric's ddp strategy:
     gloo on CPU, NCCL on GPU) Lightning Fabric launches one process per device, or joins the process group that
     torchrun or SLURM started; every process runs the same round loop and :attr:`placement` says which client
     each one computes (:mod:`lit_fl.federation.placement`).
@@ -40,7 +40,6 @@ class StepRunner:
         accelerator: str = "auto",
         devices: int = 1,
         precision: Precision = "32-true",
-        strategy: str = "auto",
         num_nodes: int = 1,
     ) -> None:
         if precision not in PRECISIONS:
@@ -56,7 +55,7 @@ class StepRunner:
             accelerator=accelerator,
             devices=devices,
             num_nodes=num_nodes,
-            strategy="ddp" if multi else "auto",  # ddp over one process is one process
+            strategy="ddp" if multi else "auto",  # trainer.strategy: ddp over one process is one process
             precision=precision,
         )
         if multi:
