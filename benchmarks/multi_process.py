@@ -31,17 +31,26 @@ ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "experiments" / "quickstart.yaml"
 
 
-def fit(run_dir: Path, name: str, devices: int, *extra: str, threads: int | None = None) -> float:
-    """Run ``lit-fl fit`` in a fresh process (``threads``: OMP_NUM_THREADS, None = torch's or Lightning's
-    default); returns its wall seconds."""
-    command = [sys.executable, "-m", "lit_fl.cli", "fit", "--config", str(QUICKSTART), "--run_dir", str(run_dir),
-               "--name", name, "--logger.wandb", "false", "--logger.progress", "false",
-               "--trainer.accelerator", "cpu", "--trainer.devices", str(devices), *extra]
+def fit_command(run_dir: Path, name: str, devices: int, *extra: str) -> list[str]:
+    """``lit-fl fit`` of the quickstart on the CPU, W&B and the progress bar off."""
+    return [sys.executable, "-m", "lit_fl.cli", "fit", "--config", str(QUICKSTART), "--run_dir", str(run_dir),
+            "--name", name, "--logger.wandb", "false", "--logger.progress", "false",
+            "--trainer.accelerator", "cpu", "--trainer.devices", str(devices), *extra]
+
+
+def threads_env(threads: int | None) -> dict[str, str]:
+    """This environment with OMP_NUM_THREADS = ``threads`` (None: torch's or Lightning's default)."""
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
     if threads is not None:
         env["OMP_NUM_THREADS"] = str(threads)
+    return env
+
+
+def fit(run_dir: Path, name: str, devices: int, *extra: str, threads: int | None = None) -> float:
+    """Run ``lit-fl fit`` in a fresh process; returns its wall seconds."""
     start = time.perf_counter()
-    subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(fit_command(run_dir, name, devices, *extra), check=True, env=threads_env(threads),
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.perf_counter() - start
 
 
@@ -57,14 +66,9 @@ def peak_rss_mb(run_dir: Path, name: str, devices: int, threads: int | None = No
         "import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL, "
         "stderr=subprocess.DEVNULL); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
     )
-    command = [sys.executable, "-c", script, sys.executable, "-m", "lit_fl.cli", "fit", "--config", str(QUICKSTART),
-               "--run_dir", str(run_dir), "--name", name, "--rounds", "1", "--data.num_clients", "100",
-               "--logger.wandb", "false", "--logger.progress", "false", "--trainer.accelerator", "cpu",
-               "--trainer.devices", str(devices)]
-    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
-    if threads is not None:
-        env["OMP_NUM_THREADS"] = str(threads)
-    out = subprocess.run(command, check=True, capture_output=True, text=True, env=env)
+    command = [sys.executable, "-c", script,
+               *fit_command(run_dir, name, devices, "--rounds", "1", "--data.num_clients", "100")]
+    out = subprocess.run(command, check=True, capture_output=True, text=True, env=threads_env(threads))
     return int(out.stdout.strip().splitlines()[-1]) / 1024
 
 
