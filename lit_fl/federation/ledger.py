@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from weakref import WeakKeyDictionary
 
 from torch import nn
 
 MB = 1024 * 1024
 
+_MEGABYTES: WeakKeyDictionary[nn.Module, float] = WeakKeyDictionary()
+
 
 def model_megabytes(model: nn.Module) -> float:
-    """Size of a model's parameters and buffers as sent over the wire (their in-memory bytes)."""
-    tensors = [*model.parameters(), *model.buffers()]
-    return sum(t.numel() * t.element_size() for t in tensors) / MB
+    """Size of a model's parameters and buffers as sent over the wire (their in-memory bytes).
+
+    Computed once per module: training and averaging change a model's values, never its tensors' shapes or
+    dtypes (a method that sends part of a model sends a new module), and the walk over every tensor would
+    otherwise run twice per participant per round."""
+    megabytes = _MEGABYTES.get(model)
+    if megabytes is None:
+        tensors = [*model.parameters(), *model.buffers()]
+        megabytes = _MEGABYTES[model] = sum(t.numel() * t.element_size() for t in tensors) / MB
+    return megabytes
 
 
 @dataclass
