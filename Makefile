@@ -21,12 +21,13 @@ test-fast:  ## everything but the slow end-to-end tests
 lint:
 	$(PYTHON) -m ruff check lit_fl tests benchmarks
 
-bench:  ## every benchmark: round time, FedAvg vs plain loop, scale, CLI latency, 2 processes vs 1 (~30 min on 2 cores)
+bench:  ## every benchmark: round time, FedAvg vs plain loop, scale, CLI latency, 2 processes vs 1, evaluation floor (~30 min on 2 cores)
 	$(PYTHON) benchmarks/round_time.py
 	$(PYTHON) benchmarks/fedavg_vs_plain.py
 	$(PYTHON) benchmarks/scale.py
 	$(PYTHON) benchmarks/cli_latency.py
 	$(PYTHON) benchmarks/multi_process.py
+	$(PYTHON) benchmarks/eval_floor.py
 
 clean:
 	rm -rf runs wandb .pytest_cache
