@@ -17,6 +17,7 @@ import yaml
 from conftest import run_cli, snapshot, tiny_config, write_config
 
 from lit_fl.algorithms import DFML
+from lit_fl.federation.checkpoint import read_unpacked
 from lit_fl.tracking import read_metrics
 
 ALGORITHMS = ["DFML", "DecentralizedFedAvg"]
@@ -50,7 +51,8 @@ def uninterrupted(root: Path) -> dict[str, Path]:
 
 
 def load_ckpt(run: Path) -> dict[str, Any]:
-    return torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    """The run's last.ckpt with every model state unpacked into its state dict (what gets compared)."""
+    return read_unpacked(run / "checkpoints" / "last.ckpt")
 
 
 def assert_same(a: Any, b: Any, where: str = "") -> None:

@@ -1,13 +1,16 @@
 """``last.ckpt``: the whole federation state, so that a resumed run equals an uninterrupted one.
 
-Every model's ``state_dict`` is stored packed (:func:`pack_state`): one flat tensor per dtype plus the names and
-shapes, instead of one tensor record per entry. The file holds the same numbers; writing 1,000 small client
-models takes about a quarter of the time (the serializer's cost is per tensor record, not per byte).
+Every model state (clients' models, peaks, extras, server models) is stored in one :class:`Arena`: all their
+tensors concatenated into one flat tensor per dtype, and per state its layout (names, shapes, dtypes; one shared
+object per architecture) and its offsets. The serializer's cost is per tensor record, not per byte: 1,000
+client models write one record instead of a thousand (format 2, one flat tensor per model and dtype, and
+format 1, plain state dicts, still load).
 """
 
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -18,28 +21,63 @@ from lit_fl.federation.ledger import CommunicationLedger
 from lit_fl.federation.state import Federation
 from lit_fl.io import atomic_torch_save
 
-FORMAT_VERSION = 2  # 2: model states packed; 1 (plain state dicts) still loads
-READABLE_VERSIONS = (1, 2)
+FORMAT_VERSION = 3  # 3: one arena for every model state; 2: one flat tensor per state and dtype; 1: state dicts
+READABLE_VERSIONS = (1, 2, 3)
 
 PackedState = dict[str, Any]
 
 
-def pack_state(state: dict[str, torch.Tensor]) -> PackedState:
-    """``state`` as one flat tensor per dtype, with the names, dtypes and shapes to cut it back."""
-    names, shapes, dtypes = list(state), [tuple(t.shape) for t in state.values()], [t.dtype for t in state.values()]
-    flat = {}
-    for dtype in dict.fromkeys(dtypes):
-        flat[str(dtype)] = torch.cat([t.detach().reshape(-1) for t in state.values() if t.dtype == dtype])
-    return {"packed": True, "names": names, "shapes": shapes, "dtypes": [str(d) for d in dtypes], "flat": flat}
+class Arena:
+    """Packs state dicts into one flat tensor per dtype (:meth:`pack`, then :meth:`tensors`) and cuts them back
+    (:meth:`unpack`, views into those tensors)."""
+
+    def __init__(self, tensors: dict[str, torch.Tensor] | None = None) -> None:
+        self._tensors = tensors
+        self._parts: dict[str, list[torch.Tensor]] = defaultdict(list)
+        self._sizes: dict[str, int] = defaultdict(int)
+        self._layouts: dict[tuple, dict[str, list]] = {}
+
+    def pack(self, state: dict[str, torch.Tensor]) -> PackedState:
+        """``state`` as its layout and the offset of its first tensor of each dtype (its tensors of one dtype
+        are consecutive in the arena, in ``state`` order)."""
+        tensors = list(state.values())
+        key = (tuple(state), *[(t.dtype, t.shape) for t in tensors])
+        layout = self._layouts.get(key)
+        if layout is None:
+            layout = self._layouts[key] = {"names": list(state), "shapes": [tuple(t.shape) for t in tensors],
+                                           "dtypes": [str(t.dtype) for t in tensors]}
+        offsets: dict[str, int] = {}
+        sizes, parts = self._sizes, self._parts
+        for tensor, dtype in zip(tensors, layout["dtypes"]):
+            if dtype not in offsets:
+                offsets[dtype] = sizes[dtype]
+            parts[dtype].append(tensor.reshape(-1))
+            sizes[dtype] += tensor.numel()
+        return {"layout": layout, "offsets": offsets}
+
+    @torch.no_grad()
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """The arena: every packed tensor of a dtype, concatenated."""
+        return {dtype: torch.cat(parts) for dtype, parts in self._parts.items()}
+
+    def unpack(self, packed: PackedState) -> dict[str, torch.Tensor]:
+        """The state dict :meth:`pack` packed, as views into the arena this one was built with."""
+        if self._tensors is None:
+            raise RuntimeError("Arena.unpack needs the arena's tensors")
+        return _cut(packed["layout"], self._tensors, dict(packed["offsets"]))
 
 
 def unpack_state(packed: PackedState) -> dict[str, torch.Tensor]:
-    """The ``state_dict`` :func:`pack_state` packed (views into the flat tensors)."""
-    offsets = dict.fromkeys(packed["flat"], 0)
+    """A format-2 model state (``{"packed": True, names, shapes, dtypes, flat}``) as its state dict."""
+    layout = {key: packed[key] for key in ("names", "shapes", "dtypes")}
+    return _cut(layout, packed["flat"], dict.fromkeys(packed["flat"], 0))
+
+
+def _cut(layout: dict[str, list], flat: dict[str, torch.Tensor], offsets: dict[str, int]) -> dict[str, torch.Tensor]:
     state = {}
-    for name, shape, dtype in zip(packed["names"], packed["shapes"], packed["dtypes"]):
+    for name, shape, dtype in zip(layout["names"], layout["shapes"], layout["dtypes"]):
         numel = math.prod(shape)
-        state[name] = packed["flat"][dtype][offsets[dtype] : offsets[dtype] + numel].view(shape)
+        state[name] = flat[dtype][offsets[dtype] : offsets[dtype] + numel].view(shape)
         offsets[dtype] += numel
     return state
 
@@ -69,9 +107,12 @@ def save_checkpoint(
     extra: dict[str, Any] | None = None,
 ) -> None:
     """Models, peaks, alpha_n, RNG streams, algorithm state and ledger after ``federation.round``; atomic."""
+    arena = Arena()
+    packed = _map_models(federation.state_dict(), arena.pack)
     state = {
         "format_version": FORMAT_VERSION,
-        "federation": _map_models(federation.state_dict(), pack_state),
+        "federation": packed,
+        "arena": arena.tensors(),
         "algorithm": algorithm.state_dict(),
         "algorithm_name": type(algorithm).__name__,
         "ledger": ledger.state_dict(),
@@ -95,21 +136,28 @@ def read_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> dic
     return state
 
 
+def read_unpacked(path: str | Path, device: torch.device | str = "cpu") -> dict[str, Any]:
+    """The checkpoint (:func:`read_checkpoint`) with every model state as its state dict, whatever its format."""
+    state = read_checkpoint(path, device)
+    version = state["format_version"]
+    if version not in READABLE_VERSIONS:
+        raise ConfigError(f"{path}: unsupported checkpoint format {version}")
+    unpack = {3: lambda: Arena(state.pop("arena")).unpack, 2: lambda: unpack_state}.get(version)
+    if unpack is not None:
+        state["federation"] = _map_models(state["federation"], unpack())
+    return state
+
+
 def load_checkpoint(
     path: str | Path, federation: Federation, algorithm: Any, ledger: CommunicationLedger
 ) -> dict[str, Any]:
     """Restore what :func:`save_checkpoint` wrote into freshly built objects; returns ``extra``."""
-    state = read_checkpoint(path, federation.data.train_x.device)
-    if state.get("format_version") not in READABLE_VERSIONS:
-        raise ConfigError(f"{path}: unsupported checkpoint format {state.get('format_version')}")
+    state = read_unpacked(path, federation.data.train_x.device)
     if state["algorithm_name"] != type(algorithm).__name__:
         raise ConfigError(
             f"{path} was written by {state['algorithm_name']}, the config asks for {type(algorithm).__name__}"
         )
-    federation_state = state["federation"]
-    if state["format_version"] >= 2:
-        federation_state = _map_models(federation_state, unpack_state)
-    federation.load_state_dict(federation_state)
+    federation.load_state_dict(state["federation"])
     algorithm.load_state_dict(state["algorithm"])
     ledger.load_state_dict(state["ledger"])
     return state["extra"]
