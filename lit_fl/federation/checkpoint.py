@@ -142,9 +142,10 @@ def read_unpacked(path: str | Path, device: torch.device | str = "cpu") -> dict[
     version = state["format_version"]
     if version not in READABLE_VERSIONS:
         raise ConfigError(f"{path}: unsupported checkpoint format {version}")
-    unpack = {3: lambda: Arena(state.pop("arena")).unpack, 2: lambda: unpack_state}.get(version)
-    if unpack is not None:
-        state["federation"] = _map_models(state["federation"], unpack())
+    if version == 3:
+        state["federation"] = _map_models(state["federation"], Arena(state.pop("arena")).unpack)
+    elif version == 2:
+        state["federation"] = _map_models(state["federation"], unpack_state)
     return state
 
 
