@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from lit_fl.data.partition import PARTITIONS
+from lit_fl.choices import PARTITIONS
 from lit_fl.errors import ConfigError
 from lit_fl.steps.precision import PRECISIONS
 

@@ -15,30 +15,32 @@ import os
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from lit_fl.algorithms.base import Algorithm
 from lit_fl.config import DataConfig, LoggerConfig, ModelsConfig, TrainerConfig
-from lit_fl.data import load_dataset
 from lit_fl.errors import ConfigError
 from lit_fl.faultpoints import fault_point
-from lit_fl.federation.builder import build_federation
-from lit_fl.federation.checkpoint import load_checkpoint, save_checkpoint
-from lit_fl.federation.evaluation import Evaluator
 from lit_fl.federation.faults import FaultsConfig
-from lit_fl.federation.ledger import CommunicationLedger
-from lit_fl.federation.loop import RoundLoop
 from lit_fl.federation.topology import TopologyConfig
 from lit_fl.io import atomic_write_text, strict_json
-from lit_fl.steps.runner import StepRunner
+from lit_fl.lazy import eager_init_annotations
 from lit_fl.tracking import MetricsCSV, RoundProgress, WandbTracker
+
+if TYPE_CHECKING:
+    from lit_fl.federation.state import Federation
+    from lit_fl.steps.runner import StepRunner
+
+# The data, the federation, the round loop and the runner (torch, Lightning) are imported when a run starts
+# (``build``, ``fit``): building an Experiment from a config, and refusing a bad one, never imports torch.
 
 #: Config keys that must match between a run directory and the config it is resumed with.
 RESUME_KEYS = ("seed", "algorithm", "data", "models", "topology", "faults")
 
 
+@eager_init_annotations
 class Experiment:
     """One federated run.
 
@@ -106,8 +108,12 @@ class Experiment:
 
     # -- building --------------------------------------------------------------------------------------
 
-    def build(self) -> tuple[Any, StepRunner]:
+    def build(self) -> tuple[Federation, StepRunner]:
         """The federation (on the runner's device) and the runner."""
+        from lit_fl.data import load_dataset
+        from lit_fl.federation.builder import build_federation
+        from lit_fl.steps.runner import StepRunner
+
         dataset = load_dataset(self.data.dataset, self.data.root, self.data.download, self.seed, **self.data.options)
         runner = StepRunner(
             self.trainer.accelerator,
@@ -132,6 +138,11 @@ class Experiment:
 
     def fit(self, config: dict[str, Any], resume: str | None = None) -> dict[str, Any]:
         """Run (or continue) the experiment; ``config`` is the resolved config written to config.yaml."""
+        from lit_fl.federation.checkpoint import load_checkpoint, save_checkpoint
+        from lit_fl.federation.evaluation import Evaluator
+        from lit_fl.federation.ledger import CommunicationLedger
+        from lit_fl.federation.loop import RoundLoop
+
         run_path = self.resolve_run_path(resume)
         if resume:
             _check_resume_config(run_path, config)
@@ -208,9 +219,16 @@ class Experiment:
                 tracker.finish(exit_code=0 if status != "failed" else 1)
         return summary
 
-    def _fit_follower(self, federation: Any, runner: StepRunner, run_path: Path, resume: str | None) -> dict[str, Any]:
+    def _fit_follower(
+        self, federation: Federation, runner: StepRunner, run_path: Path, resume: str | None
+    ) -> dict[str, Any]:
         """A process other than rank 0: the same rounds on the same state, writing nothing (rank 0 owns the run
         directory, W&B and the progress bar). Every process reads the checkpoint it resumes from."""
+        from lit_fl.federation.checkpoint import load_checkpoint
+        from lit_fl.federation.evaluation import Evaluator
+        from lit_fl.federation.ledger import CommunicationLedger
+        from lit_fl.federation.loop import RoundLoop
+
         ledger = CommunicationLedger()
         ckpt_path = run_path / "checkpoints" / "last.ckpt"
         if resume and ckpt_path.is_file():

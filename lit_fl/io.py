@@ -9,8 +9,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from lit_fl.faultpoints import fault_point
 
 
@@ -37,6 +35,8 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 
 def atomic_torch_save(obj: Any, path: str | Path) -> None:
     """``torch.save`` through a temporary file and an atomic rename."""
+    import torch  # the other writers here serve the command line, which never imports torch
+
     _atomic(Path(path), lambda handle: torch.save(obj, handle))
 
 

@@ -11,7 +11,6 @@ batch size, see SPEC "WSM ... mean over batch").
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -79,5 +78,4 @@ def weighted_kl_loss(
 
 
 #: The supervised losses a client phase can use (``algorithm.loss``).
-SupervisedLoss = Literal["wsm", "ce"]
 LOSSES = {"wsm": wsm_loss, "ce": cross_entropy}

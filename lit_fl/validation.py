@@ -43,6 +43,7 @@ def check_experiment(experiment: Any, resume: str | None) -> None:
     check_accelerator(experiment.trainer.accelerator)
     check_precision(experiment.trainer.accelerator, experiment.trainer.precision)
     check_federation(experiment)
+    check_dataset_files(experiment.data)
 
 
 def check_run_location(experiment: Any, resume: str | None) -> None:
@@ -92,10 +93,23 @@ def check_precision(accelerator: str, precision: str) -> None:
     """``16-mixed`` (float16 with a gradient scaler) needs a CUDA GPU; on a CPU bf16-mixed is the mixed one."""
     if precision != "16-mixed" or accelerator not in ("auto", "cpu"):
         return
-    import torch
-
-    if accelerator == "cpu" or not torch.cuda.is_available():
+    if accelerator == "cpu" or not _cuda_available():
         raise ConfigError("trainer.precision: 16-mixed needs a GPU; allowed on CPU: 32-true, bf16-mixed")
+
+
+def check_dataset_files(data: Any) -> None:
+    """A torchvision benchmark's files are under ``data.root`` unless ``data.download`` fetches them (the same
+    :class:`DatasetNotFoundError` loading raises, before torch loads)."""
+    from lit_fl.data.torchvision_specs import SPECS, require_files
+
+    if data.dataset in SPECS and not data.download:
+        require_files(SPECS[data.dataset], data.root)
+
+
+def _cuda_available() -> bool:
+    import torch  # only for accelerator auto: the other checks never import torch
+
+    return torch.cuda.is_available()
 
 
 def check_federation(experiment: Any) -> None:

@@ -1,4 +1,9 @@
-"""Federated methods, one file each. Configs name them by class (``class_path: DFML``)."""
+"""Federated methods, one file each. Configs name them by class (``class_path: DFML``).
+
+An algorithm module imports no torch at module level: torch, the steps and the federation's state are imported
+inside the methods that run a round (type hints import them under ``TYPE_CHECKING``), so that ``lit-fl fit --help``,
+``--print_config`` and every config error build and check the algorithm in a fraction of a second.
+"""
 
 from lit_fl.algorithms.base import Algorithm, RoundResult
 from lit_fl.algorithms.codistillation import MergedCodist, PeriodicCodist

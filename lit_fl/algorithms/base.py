@@ -5,18 +5,21 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from lit_fl import steps
-from lit_fl.data.batches import ClientBatches
+from lit_fl.choices import SupervisedLoss
 from lit_fl.errors import ConfigError
-from lit_fl.federation.ledger import CommunicationLedger
-from lit_fl.federation.state import Client, Federation
-from lit_fl.losses import SupervisedLoss
+from lit_fl.lazy import eager_init_annotations
 from lit_fl.steps.optim import SGDConfig
-from lit_fl.steps.runner import StepRunner
+
+if TYPE_CHECKING:
+    import torch
+
+    from lit_fl.data.batches import ClientBatches
+    from lit_fl.federation.ledger import CommunicationLedger
+    from lit_fl.federation.state import Client, Federation
+    from lit_fl.steps.runner import StepRunner
 
 
 @dataclass
@@ -43,6 +46,10 @@ class Algorithm(ABC):
     #: The default of ``models.same_init``: whether the method's paper starts every client of an architecture
     #: from the same initial weights (DFML Algorithm 2, Def-KT "all clients are initialized with the same model").
     paper_same_init: bool = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        eager_init_annotations(cls)
 
     def __init__(
         self,
@@ -86,6 +93,8 @@ class Algorithm(ABC):
     # -- shared client phases ---------------------------------------------------------------------------
 
     def batches(self, federation: Federation, indices: torch.Tensor, epochs: int = 1) -> ClientBatches:
+        from lit_fl.data.batches import ClientBatches
+
         data = federation.data
         return ClientBatches(
             data.train_x,
@@ -106,6 +115,9 @@ class Algorithm(ABC):
         runner.fit(step, self.batches(federation, client.train_idx, self.local_epochs))
         client.touch()
         return float(step.loss_sum) / max(step.num_batches, 1)
+
+
+eager_init_annotations(Algorithm)  # subclasses: __init_subclass__
 
 
 def nanmean(values: list[float]) -> float:

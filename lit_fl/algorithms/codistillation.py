@@ -40,25 +40,24 @@ import math
 from abc import abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from itertools import islice
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from torch import Tensor, nn
 
 from lit_fl import steps
 from lit_fl.algorithms.base import Algorithm, RoundResult, nanmean
 from lit_fl.algorithms.decentralized import RoundFaults
-from lit_fl.algorithms.fedadam import FedAdam
-from lit_fl.data.batches import ClientBatches
+from lit_fl.choices import SupervisedLoss
 from lit_fl.errors import ConfigError
 from lit_fl.federation.faults import draw_failures
-from lit_fl.federation.ledger import CommunicationLedger
-from lit_fl.federation.state import Client, Federation
-from lit_fl.losses import SupervisedLoss
-from lit_fl.models import create_model
-from lit_fl.steps.aggregation import weighted_average
-from lit_fl.steps.runner import StepRunner
+
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor, nn
+
+    from lit_fl.federation.ledger import CommunicationLedger
+    from lit_fl.federation.state import Client, Federation
+    from lit_fl.steps.runner import StepRunner
 
 SMALL, LARGE = "small", "large"
 POOLS = (SMALL, LARGE)
@@ -122,6 +121,8 @@ class Codistillation(Algorithm):
         weight_decay: float = 0.0,
         batch_size: int = 20,
     ) -> None:
+        from lit_fl.algorithms.fedadam import FedAdam
+
         super().__init__(local_epochs, loss, lr, momentum, weight_decay, batch_size)
         if isinstance(large_clients, (int, float)) and not isinstance(large_clients, bool):
             if not 0.0 < large_clients <= 1.0:
@@ -168,6 +169,10 @@ class Codistillation(Algorithm):
     def setup(self, federation: Federation) -> None:
         """Check the server split and the pool, pick ``P_H``, create both server models and the clients'
         large models (a resumed run loads their weights afterwards)."""
+        import torch
+
+        from lit_fl.models import create_model
+
         if len(federation.server_idx) == 0:
             raise ConfigError(NO_SERVER_DATA)
         other = sorted({c.arch for c in federation.clients} - {self.small_arch})
@@ -232,6 +237,10 @@ class Codistillation(Algorithm):
         """Clients ``chosen`` download the pool's server model, train it and upload it; returns the
         pseudo-gradient per parameter (None when no update arrived). The clients' average of the floating
         buffers (BatchNorm statistics) is kept for :meth:`apply`, which sets the server's buffers to it."""
+        import torch
+
+        from lit_fl.steps.aggregation import weighted_average
+
         server = federation.server[pool]
         start = server.state_dict()
         lost = draw_failures(federation.faults.return_drop_prob, len(chosen), federation.rng.faults)
@@ -289,6 +298,8 @@ class Codistillation(Algorithm):
     def apply(self, pool: str, update: Mapping[str, Tensor], federation: Federation, round_: int) -> None:
         """One FedAdam step of the pool's server model along ``update``; its floating buffers become the
         clients' average of the round (no Adam step for statistics)."""
+        import torch
+
         server = federation.server[pool]
         self.optimizers[pool].step(server, update, self.server_lrs[pool] * self.lr_scale(round_))
         averages = self.buffers.pop(pool, {})
@@ -318,6 +329,8 @@ class Codistillation(Algorithm):
     def distill_batches(self, federation: Federation) -> Iterator[tuple[Tensor, Tensor]]:
         """``distill_steps`` shuffled batches of the server split (epochs repeat as needed). The labels are
         carried along but never used."""
+        from lit_fl.data.batches import ClientBatches
+
         data, idx = federation.data, federation.server_idx
         per_epoch = -(-len(idx) // self.distill_batch_size)
         batches = ClientBatches(
@@ -414,6 +427,8 @@ class MergedCodist(Codistillation):
     def server_update(
         self, round_: int, federation: Federation, runner: StepRunner, grads: Mapping[str, dict[str, Tensor] | None]
     ) -> dict[str, float]:
+        import torch
+
         if self.merge_alpha == 1.0:
             students, loss = {}, float("nan")
         else:
@@ -479,6 +494,8 @@ def touch(client: Client, pool: str) -> None:
 def _flip_and_mixup(batches: Iterator[tuple[Tensor, Tensor]], seed: int) -> Iterator[tuple[Tensor, Tensor]]:
     """Paper C.1 on distillation data: random horizontal and vertical flips per sample, then mixup with
     ``lambda ~ Beta(2, 2)`` per batch. Draws on CPU from ``seed`` (identical on every device)."""
+    import torch
+
     g = torch.Generator().manual_seed(seed)
     for x, y in batches:
         n = len(x)
@@ -494,6 +511,8 @@ def _flip_and_mixup(batches: Iterator[tuple[Tensor, Tensor]], seed: int) -> Iter
 
 def _memory_format(model: nn.Module) -> torch.memory_format:
     """The layout of the federation's models (channels-last when their 4-D weights are)."""
+    import torch
+
     for p in model.parameters():
         if p.dim() == 4:
             channels_last = p.is_contiguous(memory_format=torch.channels_last)

@@ -9,17 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-from torch import Tensor, nn
+from typing import TYPE_CHECKING, Any
 
 from lit_fl.algorithms.base import Algorithm, nanmean
 from lit_fl.errors import ConfigError
 from lit_fl.federation.faults import draw_failures
-from lit_fl.federation.ledger import CommunicationLedger
 from lit_fl.federation.selection import Participants, select_participants
-from lit_fl.federation.state import Client, Federation
-from lit_fl.steps.runner import StepRunner
+
+if TYPE_CHECKING:
+    from torch import Tensor, nn
+
+    from lit_fl.federation.ledger import CommunicationLedger
+    from lit_fl.federation.state import Client, Federation
+    from lit_fl.steps.runner import StepRunner
 
 
 @dataclass
@@ -141,6 +143,8 @@ class DecentralizedAlgorithm(Algorithm):
         place). A lost return (``faults.return_drop_prob``) still costs traffic; that receiver's model is
         restored from ``before`` (its weights before the aggregator touched them) with ``restore`` (default:
         ``Client.set_weights`` of the regular model). Returns the receivers that got their model back."""
+        from lit_fl.federation.state import Client
+
         lost = draw_failures(federation.faults.return_drop_prob, len(receivers), federation.rng.faults)
         delivered = []
         for i, receiver in enumerate(receivers):

@@ -9,20 +9,23 @@ from __future__ import annotations
 
 import copy
 from abc import abstractmethod
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from torch import nn
 
 from lit_fl import steps
 from lit_fl.algorithms.base import RoundResult, nanmean
 from lit_fl.algorithms.decentralized import DecentralizedAlgorithm, RoundFaults
 from lit_fl.errors import ConfigError
-from lit_fl.federation.ledger import CommunicationLedger
 from lit_fl.federation.selection import num_senders
-from lit_fl.federation.state import Client, Federation
-from lit_fl.federation.topology import Topology
-from lit_fl.steps.runner import StepRunner
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from lit_fl.federation.ledger import CommunicationLedger
+    from lit_fl.federation.state import Client, Federation
+    from lit_fl.federation.topology import Topology
+    from lit_fl.steps.runner import StepRunner
 
 
 def draw_pairs(

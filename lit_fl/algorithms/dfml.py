@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
-
-import torch
+from typing import TYPE_CHECKING, Any, Literal
 
 from lit_fl import steps
 from lit_fl.algorithms.base import RoundResult
 from lit_fl.algorithms.decentralized import DecentralizedAlgorithm
 from lit_fl.errors import ConfigError
 from lit_fl.federation.alpha import AlphaSchedule
-from lit_fl.federation.ledger import CommunicationLedger
-from lit_fl.federation.state import Federation
-from lit_fl.steps.noise import NoiseBatches
-from lit_fl.steps.runner import StepRunner
+
+if TYPE_CHECKING:
+    from lit_fl.federation.ledger import CommunicationLedger
+    from lit_fl.federation.state import Federation
+    from lit_fl.steps.runner import StepRunner
 
 
 class DFML(DecentralizedAlgorithm):
@@ -150,6 +149,10 @@ class DFML(DecentralizedAlgorithm):
 
     def noise_distillation(self, clients: list, federation: Federation, runner: StepRunner) -> float:
         """The data-free extension (``noise_batches``): participants distil from each other on Gaussian noise."""
+        import torch
+
+        from lit_fl.steps.noise import NoiseBatches
+
         if len(clients) < 2:
             return float("nan")
         step = steps.MutualNoiseDistillation(

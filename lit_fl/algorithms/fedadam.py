@@ -16,12 +16,12 @@ leaves them uncorrected, available as ``bias_correction=False``. The moments and
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
-
-import torch
-from torch import Tensor, nn
+from typing import TYPE_CHECKING, Any
 
 from lit_fl.errors import ConfigError
+
+if TYPE_CHECKING:
+    from torch import Tensor, nn
 
 
 class FedAdam:
@@ -53,10 +53,16 @@ class FedAdam:
         self.exp_avg: dict[str, Tensor] = {}
         self.exp_avg_sq: dict[str, Tensor] = {}
 
-    @torch.no_grad()
     def step(self, model: nn.Module, grads: Mapping[str, Tensor], lr: float | None = None) -> None:
         """One Adam step on ``model``'s parameters named in ``grads`` (every other parameter stays)."""
-        lr = self.lr if lr is None else float(lr)
+        import torch
+
+        with torch.no_grad():
+            self._step(model, grads, self.lr if lr is None else float(lr))
+
+    def _step(self, model: nn.Module, grads: Mapping[str, Tensor], lr: float) -> None:
+        import torch
+
         b1, b2 = self.betas
         self.steps += 1
         c1 = 1.0 - b1**self.steps if self.bias_correction else 1.0

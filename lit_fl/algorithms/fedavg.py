@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import TYPE_CHECKING
 
 from lit_fl.algorithms.base import RoundResult
 from lit_fl.algorithms.decentralized import DecentralizedAlgorithm
-from lit_fl.federation.ledger import CommunicationLedger
-from lit_fl.federation.state import Client, Federation, WeightsToken
-from lit_fl.steps.aggregation import weighted_average
-from lit_fl.steps.runner import StepRunner
+
+if TYPE_CHECKING:
+    from lit_fl.federation.ledger import CommunicationLedger
+    from lit_fl.federation.state import Client, Federation
+    from lit_fl.steps.runner import StepRunner
 
 
 class DecentralizedFedAvg(DecentralizedAlgorithm):
@@ -46,6 +48,9 @@ def clusters_by_architecture(clients: list[Client]) -> dict[str, list[Client]]:
 
 def average_cluster(cluster: list[Client]) -> None:
     """Replace every model of one same-architecture cluster by the sample-weighted average (Eq. 5)."""
+    from lit_fl.federation.state import WeightsToken
+    from lit_fl.steps.aggregation import weighted_average
+
     if len(cluster) < 2:
         return
     average = weighted_average([c.model.state_dict() for c in cluster], [c.num_train for c in cluster])

@@ -34,22 +34,21 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Any, Literal
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Any, Literal
 
 from lit_fl import steps
 from lit_fl.algorithms.base import Algorithm, RoundResult, nanmean
+from lit_fl.choices import BN_STATS, STUDENT_RUNNING_STATS, BNStats, StudentRunningStats, SupervisedLoss
 from lit_fl.errors import ConfigError
-from lit_fl.federation.ledger import CommunicationLedger
-from lit_fl.federation.state import Client, Federation
-from lit_fl.losses import SupervisedLoss
-from lit_fl.models import create_model, num_parameters
-from lit_fl.steps.aggregation import weighted_average
-from lit_fl.steps.noise import BN_STATS, STUDENT_RUNNING_STATS, BNStats, NoiseBatches, StudentRunningStats
 from lit_fl.steps.optim import SGDConfig
-from lit_fl.steps.runner import StepRunner
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from lit_fl.federation.ledger import CommunicationLedger
+    from lit_fl.federation.state import Client, Federation
+    from lit_fl.steps.runner import StepRunner
 
 GLOBAL = "global"
 #: ``no_dml: global_arch`` = every client whose architecture is the global one skips DML (the paper's rule).
@@ -196,6 +195,10 @@ class FedORION(Algorithm):
         """The clients' initialisation of ``arch`` when a client has it (the builder initialises every
         architecture once for all its clients, so no-DML clients start where the global model starts), else a
         fresh model from a seed of its own."""
+        import torch
+
+        from lit_fl.models import create_model
+
         first = federation.clients[0].model
         same = [c for c in federation.clients if c.arch == arch]
         if same:
@@ -218,6 +221,8 @@ class FedORION(Algorithm):
     def run_round(
         self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger
     ) -> RoundResult:
+        from lit_fl.steps.aggregation import weighted_average
+
         server = federation.server[GLOBAL]
         selected = self.select(federation)
         global_state = {k: v.detach().clone() for k, v in server.state_dict().items()}
@@ -288,6 +293,10 @@ class FedORION(Algorithm):
 
     def distill(self, server: nn.Module, teachers: list[Client], federation: Federation, runner: StepRunner) -> float:
         """Eq. 3 for ``server_epochs * noise_steps`` noise batches; returns the mean ``L_KD``."""
+        import torch
+
+        from lit_fl.steps.noise import NoiseBatches
+
         step = steps.NoiseDistillation(
             server,
             [c.model for c in teachers],
@@ -321,6 +330,8 @@ class FedORION(Algorithm):
 
 def smallest_architecture(federation: Federation) -> str:
     """The federation's architecture with the fewest trainable parameters (first in client order on ties)."""
+    from lit_fl.models import num_parameters
+
     sizes: dict[str, int] = {}
     for client in federation.clients:
         sizes.setdefault(client.arch, num_parameters(client.model))
@@ -329,6 +340,8 @@ def smallest_architecture(federation: Federation) -> str:
 
 def _memory_format(model: nn.Module) -> torch.memory_format:
     """The layout of a model's 4-D weights (channels-last when the federation's models use it)."""
+    import torch
+
     for p in model.parameters():
         if p.dim() == 4:
             channels_last = p.is_contiguous(memory_format=torch.channels_last)

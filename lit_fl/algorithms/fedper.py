@@ -11,21 +11,21 @@ data-size weighted average over itself and the peers, keeps its own classifier `
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
-
-from torch import Tensor, nn
+from typing import TYPE_CHECKING, Any
 
 from lit_fl.algorithms.base import RoundResult
 from lit_fl.algorithms.local import Local
-from lit_fl.algorithms.unit_representation import ModelSplit
 from lit_fl.errors import ConfigError
 from lit_fl.federation.faults import draw_failures
-from lit_fl.federation.ledger import CommunicationLedger
-from lit_fl.federation.state import Client, Federation
-from lit_fl.steps.aggregation import weighted_average
-from lit_fl.steps.runner import StepRunner
 
-State = dict[str, Tensor]
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from lit_fl.federation.ledger import CommunicationLedger
+    from lit_fl.federation.state import Client, Federation
+    from lit_fl.steps.runner import StepRunner
+
+    State = dict[str, Tensor]
 
 
 class FedPer(Local):
@@ -45,6 +45,8 @@ class FedPer(Local):
     """
 
     def __init__(self, num_peers: int = 5, classifier_modules: list[str] | None = None, **kwargs: Any) -> None:
+        from lit_fl.algorithms.unit_representation import ModelSplit
+
         super().__init__(**kwargs)
         if num_peers < 1:
             raise ConfigError(f"algorithm.num_peers must be >= 1, got {num_peers}")
@@ -101,6 +103,8 @@ class FedPer(Local):
         self, ledger: CommunicationLedger, peer: int, client: Client, state: State, keys: Sequence[str]
     ) -> None:
         """``peer`` sends the entries ``keys`` of its (round-start) weights to ``client``: ledger traffic."""
+        from lit_fl.federation.ledger import Payload
+
         ledger.send(peer, client.id, Payload([state[k] for k in keys]))
 
     def merge(
@@ -113,6 +117,8 @@ class FedPer(Local):
     ) -> State:
         """The client's new weights: ``g`` = data-size weighted average of ``feature_sources``' round-start
         ``g`` (Algorithm 2 line 20), ``h`` = the same over ``classifier_sources`` (line 21)."""
+        from lit_fl.steps.aggregation import weighted_average
+
         state = dict(snapshot[client.id])
         for keys, sources in ((self.feature_keys, feature_sources), (self.classifier_keys, classifier_sources)):
             if list(sources) == [client.id]:
@@ -120,15 +126,6 @@ class FedPer(Local):
             weights = data_sizes(federation, sources)
             state.update(weighted_average([{k: snapshot[s][k] for k in keys} for s in sources], weights))
         return state
-
-
-class Payload(nn.Module):
-    """Tensors on the wire, as a module the :class:`CommunicationLedger` can size (part of a model)."""
-
-    def __init__(self, tensors: Sequence[Tensor]) -> None:
-        super().__init__()
-        for i, tensor in enumerate(tensors):
-            self.register_buffer(f"t{i}", tensor, persistent=False)
 
 
 def snapshot_states(federation: Federation) -> dict[int, State]:

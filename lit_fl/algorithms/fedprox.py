@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lit_fl.algorithms.fedavg import DecentralizedFedAvg
 from lit_fl.errors import ConfigError
-from lit_fl.federation.state import Client, Federation
-from lit_fl.steps.runner import StepRunner
+
+if TYPE_CHECKING:
+    from lit_fl.federation.state import Client, Federation
+    from lit_fl.steps.runner import StepRunner
 
 
 class DecentralizedFedProx(DecentralizedFedAvg):

@@ -12,19 +12,19 @@ client. Global accuracy is reported for both kinds: ``global_acc`` (heterogeneou
 from __future__ import annotations
 
 import copy
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from lit_fl import steps
 from lit_fl.algorithms.base import RoundResult, nanmean
 from lit_fl.algorithms.decentralized import DecentralizedAlgorithm
 from lit_fl.errors import ConfigError
-from lit_fl.federation.ledger import CommunicationLedger
-from lit_fl.federation.state import Client, Federation
-from lit_fl.models import create_model, num_parameters
-from lit_fl.steps.aggregation import weighted_average
-from lit_fl.steps.runner import StepRunner
+
+if TYPE_CHECKING:
+    import torch
+
+    from lit_fl.federation.ledger import CommunicationLedger
+    from lit_fl.federation.state import Client, Federation
+    from lit_fl.steps.runner import StepRunner
 
 MEME = "meme"
 
@@ -59,6 +59,10 @@ class DecentralizedFML(DecentralizedAlgorithm):
 
     def setup(self, federation: Federation) -> None:
         """Give every client the same initial meme model (once; a resumed run loads them afterwards)."""
+        import torch
+
+        from lit_fl.models import create_model
+
         super().setup(federation)
         arch = self.meme_arch or median_architecture(federation)
         self.meme_arch = arch
@@ -76,6 +80,8 @@ class DecentralizedFML(DecentralizedAlgorithm):
     def run_round(
         self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger
     ) -> RoundResult:
+        from lit_fl.steps.aggregation import weighted_average
+
         participants = self.select(round_, federation)
         aggregator = federation.clients[participants.aggregator]
         selected = [federation.clients[n] for n in participants.senders]
@@ -128,6 +134,8 @@ def set_meme(client: Client, state: dict[str, torch.Tensor]) -> None:
 
 def median_architecture(federation: Federation) -> str:
     """The median of the federation's distinct architectures ordered by parameter count."""
+    from lit_fl.models import num_parameters
+
     sizes: dict[str, int] = {}
     for client in federation.clients:
         sizes.setdefault(client.arch, num_parameters(client.model))
@@ -138,6 +146,8 @@ def median_architecture(federation: Federation) -> str:
 
 def _memory_format(model: torch.nn.Module) -> torch.memory_format:
     """The layout the federation's models use (channels-last when their 4-D weights are)."""
+    import torch
+
     for p in model.parameters():
         if p.dim() == 4:
             channels_last = p.is_contiguous(memory_format=torch.channels_last)

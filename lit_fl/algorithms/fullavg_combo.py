@@ -5,15 +5,17 @@
 from __future__ import annotations
 
 from functools import reduce
-
-import torch
-from torch import Tensor, nn
+from typing import TYPE_CHECKING
 
 from lit_fl.algorithms.defkt import PairwiseExchange
-from lit_fl.federation.ledger import CommunicationLedger
-from lit_fl.federation.state import Client, Federation
-from lit_fl.steps.aggregation import weighted_average
-from lit_fl.steps.runner import StepRunner
+
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor, nn
+
+    from lit_fl.federation.ledger import CommunicationLedger
+    from lit_fl.federation.state import Client, Federation
+    from lit_fl.steps.runner import StepRunner
 
 
 def pair_weights(sender: Client, receiver: Client) -> tuple[float, float]:
@@ -36,6 +38,8 @@ class FullAvg(PairwiseExchange):
         runner: StepRunner,
         ledger: CommunicationLedger,
     ) -> float:
+        from lit_fl.steps.aggregation import weighted_average
+
         w_s, w_r = pair_weights(sender, receiver)
         receiver.set_weights(weighted_average([receiver.model.state_dict(), sender.model.state_dict()], [w_r, w_s]))
         return float("nan")
@@ -44,23 +48,19 @@ class FullAvg(PairwiseExchange):
 # -- Combo: two segments of the flattened model ----------------------------------------------------------
 
 
-class Segment(nn.Module):
-    """A model segment on the wire: one flat buffer, so the ledger counts its real size."""
-
-    def __init__(self, values: Tensor) -> None:
-        super().__init__()
-        self.register_buffer("values", values)
-
-
 def segment_keys(state: dict[str, Tensor]) -> list[str]:
     """The entries that make up the flattened model: every floating-point entry of the state dict
     (parameters and float buffers such as BatchNorm statistics), in state-dict order. Integer buffers
     (``num_batches_tracked``) are counters, not weights: they are neither split nor sent."""
+    import torch
+
     return [k for k, v in state.items() if torch.is_floating_point(v)]
 
 
 def flatten(state: dict[str, Tensor], keys: list[str]) -> Tensor:
     """The flattened model (float64, exact for float32/16 entries)."""
+    import torch
+
     return torch.cat([state[k].detach().reshape(-1).to(torch.float64) for k in keys])
 
 
@@ -82,6 +82,8 @@ def split_point(length: int) -> int:
 
 
 def wire_dtype(state: dict[str, Tensor], keys: list[str]) -> torch.dtype:
+    import torch
+
     return reduce(torch.promote_types, [state[k].dtype for k in keys])
 
 
@@ -100,10 +102,12 @@ class Combo(PairwiseExchange):
     """
 
     def outgoing(self, sender: Client) -> nn.Module:
+        from lit_fl.federation.ledger import Payload
+
         state = sender.model.state_dict()
         keys = segment_keys(state)
         vector = flatten(state, keys)
-        return Segment(vector[split_point(len(vector)) :].to(wire_dtype(state, keys)))
+        return Payload([vector[split_point(len(vector)) :].to(wire_dtype(state, keys))])  # one flat segment
 
     def fuse(
         self,
@@ -113,6 +117,8 @@ class Combo(PairwiseExchange):
         runner: StepRunner,
         ledger: CommunicationLedger,
     ) -> float:
+        from lit_fl.federation.ledger import Payload
+
         w_s, w_r = pair_weights(sender, receiver)
         a_s, a_r = w_s / (w_s + w_r), w_r / (w_s + w_r)
         s_state, r_state = sender.model.state_dict(), receiver.model.state_dict()
@@ -128,6 +134,6 @@ class Combo(PairwiseExchange):
         new_s = v_s.clone()
         new_s[:half] = a_s * v_s[:half] + a_r * v_r[:half]
         sender.set_weights(unflatten(new_s, s_state, keys))
-        segment_1 = Segment(v_r[:half].to(wire_dtype(r_state, keys)))
+        segment_1 = Payload([v_r[:half].to(wire_dtype(r_state, keys))])
         self.give_back(federation, ledger, receiver, [sender], before, models=[segment_1])
         return float("nan")

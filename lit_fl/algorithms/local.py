@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from lit_fl import steps
 from lit_fl.algorithms.base import Algorithm, RoundResult, nanmean
+from lit_fl.choices import SupervisedLoss
 from lit_fl.errors import ConfigError
-from lit_fl.federation.ledger import CommunicationLedger
-from lit_fl.federation.state import Client, Federation
-from lit_fl.losses import SupervisedLoss
 from lit_fl.steps.optim import SGDConfig
-from lit_fl.steps.runner import StepRunner
+
+if TYPE_CHECKING:
+    from lit_fl.federation.ledger import CommunicationLedger
+    from lit_fl.federation.state import Client, Federation
+    from lit_fl.steps.runner import StepRunner
 
 
 class Local(Algorithm):

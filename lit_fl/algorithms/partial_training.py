@@ -10,26 +10,16 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Sequence
-from typing import Any, Literal
-
-from torch import Tensor
+from typing import TYPE_CHECKING, Any, Literal
 
 from lit_fl.algorithms.fedavg import DecentralizedFedAvg
 from lit_fl.errors import ConfigError
-from lit_fl.federation.state import Client, Federation
-from lit_fl.models import POOLS
-from lit_fl.steps.slicing import (
-    DropoutIndices,
-    IndexRule,
-    Shape,
-    aggregate,
-    extract,
-    fedrolex_rule,
-    heterofl_indices,
-    slice_plan,
-    view_shapes,
-    width_family_mismatch,
-)
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from lit_fl.federation.state import Client, Federation
+    from lit_fl.steps.slicing import IndexRule, Shape
 
 
 class PartialTraining(DecentralizedFedAvg):
@@ -50,6 +40,9 @@ class PartialTraining(DecentralizedFedAvg):
         self.weighting = weighting
 
     def setup(self, federation: Federation) -> None:
+        from lit_fl.models import POOLS
+        from lit_fl.steps.slicing import width_family_mismatch
+
         super().setup(federation)
         models = {}
         for client in federation.clients:
@@ -82,6 +75,8 @@ class PartialTraining(DecentralizedFedAvg):
     def aggregate_and_split(self, round_: int, federation: Federation, clients: Sequence[Client]) -> dict[str, Tensor]:
         """At the aggregator: ``W_g`` = the largest model of ``clients`` (most parameters, the first of equals),
         Eq. 6 over all of them, then every client's weights = its slice of the new ``W_g`` (returned)."""
+        from lit_fl.steps.slicing import aggregate, extract, slice_plan, view_shapes
+
         largest = max(range(len(clients)), key=lambda i: clients[i].num_params)
         states = [c.model.state_dict() for c in clients]
         global_views = view_shapes(clients[largest].model)
@@ -102,6 +97,8 @@ class HeteroFL(PartialTraining):
     def index_rule(
         self, round_: int, federation: Federation, global_views: dict[str, Shape], views: Sequence[dict[str, Shape]]
     ) -> IndexRule:
+        from lit_fl.steps.slicing import heterofl_indices
+
         return heterofl_indices
 
 
@@ -113,6 +110,8 @@ class FedRolex(PartialTraining):
     def index_rule(
         self, round_: int, federation: Federation, global_views: dict[str, Shape], views: Sequence[dict[str, Shape]]
     ) -> IndexRule:
+        from lit_fl.steps.slicing import fedrolex_rule
+
         return fedrolex_rule(round_ - 1)
 
 
@@ -136,6 +135,8 @@ class FederatedDropout(PartialTraining):
     def index_rules(
         self, round_: int, federation: Federation, global_views: dict[str, Shape], views: Sequence[dict[str, Shape]]
     ) -> list[IndexRule]:
+        from lit_fl.steps.slicing import DropoutIndices
+
         rules: list[IndexRule] = []
         for view in views:
             scaled = {big for key, local in view.items() for n, big in zip(local, global_views[key]) if n < big}

@@ -36,20 +36,20 @@ features have unit variance and ``F`` is large (784 for ``cnn_8_16`` on 28x28, 4
 from __future__ import annotations
 
 import math
-from typing import Any
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING, Any
 
 from lit_fl import steps
 from lit_fl.algorithms.base import RoundResult
 from lit_fl.algorithms.fedper import FedPer, snapshot_states
-from lit_fl.algorithms.unit_representation import divergence, unit_input, unit_representations
 from lit_fl.errors import ConfigError
-from lit_fl.federation.ledger import CommunicationLedger
-from lit_fl.federation.state import Client, Federation
 from lit_fl.steps.optim import SGDConfig
-from lit_fl.steps.runner import StepRunner
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from lit_fl.federation.ledger import CommunicationLedger
+    from lit_fl.federation.state import Client, Federation
+    from lit_fl.steps.runner import StepRunner
 
 
 class UAPDFL(FedPer):
@@ -97,15 +97,21 @@ class UAPDFL(FedPer):
     @staticmethod
     def make_unit_input(federation: Federation) -> Tensor:
         """``X_unit`` for the federation's input shape, on its models' device."""
+        from lit_fl.algorithms.unit_representation import unit_input
+
         return unit_input(federation.data.input_shape, next(federation.clients[0].model.parameters()).device)
 
     def representations(self, federation: Federation, x_unit: Tensor) -> dict[int, tuple[Tensor, Tensor]]:
         """``(I, I_aux)`` of every client's current model (Eq. 5 and 11)."""
+        from lit_fl.algorithms.unit_representation import unit_representations
+
         return {c.id: unit_representations(c.model, x_unit, self.split) for c in federation.clients}
 
     def run_round(
         self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger
     ) -> RoundResult:
+        from lit_fl.algorithms.unit_representation import divergence
+
         if not self.feature_keys:
             self.prepare(federation)
         x_unit = self.make_unit_input(federation)
@@ -158,6 +164,8 @@ class UAPDFL(FedPer):
         peers: list[int],
     ) -> steps.AuxProximalTraining:
         """Eq. 12 for ``client``: CE + ``mu ||I_aux - mean(I_aux of client and peers)||^2`` (Algorithm 2 l. 29)."""
+        import torch
+
         target = torch.stack([reps[n][1] for n in [client.id, *peers]]).mean(dim=0)
         return steps.AuxProximalTraining(
             client.model,

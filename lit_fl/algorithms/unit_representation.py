@@ -17,16 +17,20 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-
-import torch
-from torch import Tensor, nn
+from typing import TYPE_CHECKING
 
 from lit_fl.errors import ConfigError
-from lit_fl.models.metadata import classifier_prefix
+
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor, nn
+
 
 
 def unit_input(input_shape: Sequence[int], device: torch.device | str = "cpu") -> Tensor:
     """``X_unit``: one all-ones float32 sample, shape ``(1, *input_shape)``, in the normalised input space."""
+    import torch
+
     return torch.ones((1, *input_shape), device=device, dtype=torch.float32)
 
 
@@ -47,6 +51,8 @@ class ModelSplit:
 
     def modules(self, model: nn.Module) -> list[str]:
         """The module names of ``h`` in ``model`` (validated)."""
+        from lit_fl.models.metadata import classifier_prefix
+
         if self.classifier_modules is None:
             return [classifier_prefix(model).rstrip(".")]
         names = dict(model.named_modules())
@@ -75,6 +81,8 @@ class ModelSplit:
     def forward_with_features(self, model: nn.Module, x: Tensor) -> tuple[Tensor, Tensor]:
         """``(model(x), g(x))`` from one forward pass, ``g(x)`` flattened to ``(batch, features)``: the input
         of the first classifier module that runs. Uses the model's current mode (gradients if enabled)."""
+        import torch
+
         captured: list[Tensor] = []
 
         def _capture(_module: nn.Module, inputs: tuple[Tensor, ...]) -> None:
@@ -99,6 +107,8 @@ class ModelSplit:
 def unit_representations(model: nn.Module, x_unit: Tensor, split: ModelSplit) -> tuple[Tensor, Tensor]:
     """``(I, I_aux)`` of one model: ``softmax(model(X_unit))`` (Eq. 5) and the flattened ``g(X_unit)``
     (Eq. 11), float32 vectors, computed in eval mode without gradients (the model's mode is restored)."""
+    import torch
+
     with _eval_mode(model), torch.no_grad():
         logits, features = split.forward_with_features(model, x_unit)
     return torch.softmax(logits.float(), dim=1)[0], features[0].float()
@@ -106,6 +116,8 @@ def unit_representations(model: nn.Module, x_unit: Tensor, split: ModelSplit) ->
 
 def unit_representation(model: nn.Module, x_unit: Tensor) -> Tensor:
     """``I = softmax(model(X_unit))`` (Eq. 5) of any classifier, in eval mode without gradients."""
+    import torch
+
     with _eval_mode(model), torch.no_grad():
         logits = model(x_unit)
     return torch.softmax(logits.float(), dim=1)[0]

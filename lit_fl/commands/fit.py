@@ -20,8 +20,7 @@ from jsonargparse import ActionConfigFile, ArgumentParser, Namespace
 from lit_fl.algorithms import __all__ as _algorithm_names
 from lit_fl.cli_errors import one_line
 from lit_fl.configs import resolve_config
-from lit_fl.data.torchvision_sets import DatasetNotFoundError
-from lit_fl.errors import ConfigError
+from lit_fl.errors import ConfigError, DatasetNotFoundError
 from lit_fl.experiment import Experiment
 
 _BASES = ("Algorithm", "DecentralizedAlgorithm", "RoundResult", "PartialTraining")

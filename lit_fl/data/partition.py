@@ -7,16 +7,13 @@ other source of randomness (DESIGN: one seeded generator per concern).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from lit_fl.choices import PARTITIONS
 from lit_fl.errors import ConfigError
-
-PartitionName = Literal["iid", "dirichlet", "shards"]
-PARTITIONS: tuple[str, ...] = ("iid", "dirichlet", "shards")
 
 
 @dataclass

@@ -1,15 +1,32 @@
-"""Dataset registry: ``@register_dataset("name")`` adds a loader, :func:`load_dataset` builds by name."""
+"""Dataset registry: ``@register_dataset("name")`` adds a loader, :func:`load_dataset` builds by name.
+
+The built-in datasets are known by name without importing their modules (:data:`BUILTIN`): a config names and
+checks a dataset without importing torch; the module that registers its loader is imported on first load.
+"""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from lit_fl.data.dataset import ImageDataset
 from lit_fl.errors import ConfigError
 
-DatasetLoader = Callable[..., ImageDataset]
+if TYPE_CHECKING:
+    from lit_fl.data.dataset import ImageDataset
+
+DatasetLoader = Callable[..., "ImageDataset"]
 _DATASETS: dict[str, DatasetLoader] = {}
+
+_TORCHVISION = ("cifar10", "cifar100", "fmnist", "mnist", "svhn")
+#: built-in dataset name -> the module that registers its loader
+BUILTIN: dict[str, str] = {
+    "mnist5k": "lit_fl.data.bundled",
+    "digits": "lit_fl.data.bundled",
+    "synthetic": "lit_fl.data.synthetic",
+    **dict.fromkeys(_TORCHVISION, "lit_fl.data.torchvision_sets"),
+}
 
 
 def register_dataset(name: str) -> Callable[[DatasetLoader], DatasetLoader]:
@@ -23,20 +40,16 @@ def register_dataset(name: str) -> Callable[[DatasetLoader], DatasetLoader]:
 
 
 def list_datasets() -> list[str]:
-    """Every registered dataset name, sorted."""
-    _import_builtin()
-    return sorted(_DATASETS)
+    """Every built-in and registered dataset name, sorted."""
+    return sorted({*BUILTIN, *_DATASETS})
 
 
 def load_dataset(
     name: str, root: str | Path = "data", download: bool = False, seed: int = 0, **options: object
 ) -> ImageDataset:
     """Build the dataset ``name``; ``options`` go to its loader (e.g. ``num_classes`` for ``synthetic``)."""
-    _import_builtin()
+    if name not in _DATASETS and name in BUILTIN:
+        importlib.import_module(BUILTIN[name])  # registers the loader
     if name not in _DATASETS:
-        raise ConfigError(f"data.dataset: unknown dataset {name!r}; allowed: {', '.join(sorted(_DATASETS))}")
+        raise ConfigError(f"data.dataset: unknown dataset {name!r}; allowed: {', '.join(list_datasets())}")
     return _DATASETS[name](root=Path(root), download=download, seed=seed, **options)
-
-
-def _import_builtin() -> None:
-    from lit_fl.data import bundled, synthetic, torchvision_sets  # noqa: F401  (registers on import)

@@ -8,7 +8,6 @@ Missing data or a failed download raises one :class:`DatasetNotFoundError` that 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -19,51 +18,13 @@ from torch import Tensor
 
 from lit_fl.data.dataset import ImageDataset
 from lit_fl.data.registry import register_dataset
+from lit_fl.data.torchvision_specs import SPECS, TorchvisionSpec, not_found_message, require_files
 from lit_fl.data.transforms import black_value, normalize, to_float_images
-
-
-class DatasetNotFoundError(RuntimeError):
-    """A dataset's files are not under its root and were not (or could not be) downloaded."""
+from lit_fl.errors import DatasetNotFoundError
 
 
 class DatasetDownloadError(DatasetNotFoundError):
     """``download=True`` was given but fetching the dataset failed (e.g. no network)."""
-
-
-@dataclass(frozen=True)
-class TorchvisionSpec:
-    """How to read one torchvision dataset: its class, where it keeps labels, and its statistics."""
-
-    title: str  # human-readable name used in messages
-    cls_name: str  # attribute of ``torchvision.datasets``
-    num_classes: int
-    mean: tuple[float, ...]
-    std: tuple[float, ...]
-    files: str  # where torchvision expects the files, relative to root (for the error message)
-    marker: str  # a path under root that exists once the dataset is there (checked before torchvision loads)
-    augment: str = "none"  # the dataset's default ``data.augment``
-    label_attr: str = "targets"
-    split_arg: bool = False  # the class takes ``split="train"/"test"`` instead of ``train=True/False``
-
-
-SPECS: dict[str, TorchvisionSpec] = {
-    "cifar10": TorchvisionSpec(
-        "CIFAR-10", "CIFAR10", 10, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616),
-        "cifar-10-batches-py/", "cifar-10-batches-py", augment="crop_flip",
-    ),
-    "cifar100": TorchvisionSpec(
-        "CIFAR-100", "CIFAR100", 100, (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762),
-        "cifar-100-python/", "cifar-100-python", augment="crop_flip",
-    ),
-    "fmnist": TorchvisionSpec(
-        "FashionMNIST", "FashionMNIST", 10, (0.2860,), (0.3530,), "FashionMNIST/raw/*-ubyte", "FashionMNIST",
-    ),
-    "mnist": TorchvisionSpec("MNIST", "MNIST", 10, (0.1307,), (0.3081,), "MNIST/raw/*-ubyte", "MNIST"),
-    "svhn": TorchvisionSpec(
-        "SVHN", "SVHN", 10, (0.4377, 0.4438, 0.4728), (0.1980, 0.2010, 0.1970),
-        "train_32x32.mat, test_32x32.mat", "train_32x32.mat", label_attr="labels", split_arg=True,
-    ),
-}
 
 
 def load_torchvision(root: Path, download: bool, seed: int, *, name: str) -> ImageDataset:
@@ -91,8 +52,8 @@ def _open(spec: TorchvisionSpec, root: Path, download: bool, train: bool) -> Any
 
     Without ``download`` a root that lacks the dataset's folder fails at once, before torchvision (1 s of
     imports) is loaded."""
-    if not download and not (root / spec.marker).exists():
-        raise DatasetNotFoundError(_not_found_message(spec, root, f"no {spec.marker} under the root"))
+    if not download:
+        require_files(spec, root)
     import torchvision.datasets as tvd  # imported lazily: registering the loaders stays cheap
 
     cls = getattr(tvd, spec.cls_name)
@@ -102,15 +63,7 @@ def _open(spec: TorchvisionSpec, root: Path, download: bool, train: bool) -> Any
     except (OSError, RuntimeError) as err:  # URLError is an OSError; torchvision raises RuntimeError too
         if download:
             raise DatasetDownloadError(_download_failed_message(spec, root, err)) from err
-        raise DatasetNotFoundError(_not_found_message(spec, root, err)) from err
-
-
-def _not_found_message(spec: TorchvisionSpec, root: Path, err: BaseException | str) -> str:
-    return (
-        f"{spec.title} not found under {root} (expected {spec.files} there; torchvision said: {err}). "
-        "Run once with `--data.download true` on a machine with internet (torchvision downloads it to that "
-        "root), or copy the dataset files there."
-    )
+        raise DatasetNotFoundError(not_found_message(spec, root, err)) from err
 
 
 def _download_failed_message(spec: TorchvisionSpec, root: Path, err: BaseException) -> str:

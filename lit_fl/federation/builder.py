@@ -8,7 +8,8 @@ import numpy as np
 import torch
 
 from lit_fl.config import DataConfig, ModelsConfig
-from lit_fl.data import ImageDataset, class_proportions, partition, split_train_val
+from lit_fl.data.dataset import ImageDataset
+from lit_fl.data.partition import class_proportions, partition, split_train_val
 from lit_fl.federation.faults import FaultsConfig
 from lit_fl.federation.state import Client, Federation
 from lit_fl.federation.topology import TopologyConfig, build_topology

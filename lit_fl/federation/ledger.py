@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from weakref import WeakKeyDictionary
 
-from torch import nn
+from torch import Tensor, nn
 
 MB = 1024 * 1024
 
@@ -23,6 +24,16 @@ def model_megabytes(model: nn.Module) -> float:
         tensors = [*model.parameters(), *model.buffers()]
         megabytes = _MEGABYTES[model] = sum(t.numel() * t.element_size() for t in tensors) / MB
     return megabytes
+
+
+class Payload(nn.Module):
+    """Tensors on the wire that are not a whole model (part of one: FedPer's ``g``, a Combo segment), as a module
+    the ledger sizes like any model."""
+
+    def __init__(self, tensors: Sequence[Tensor]) -> None:
+        super().__init__()
+        for i, tensor in enumerate(tensors):
+            self.register_buffer(f"t{i}", tensor, persistent=False)
 
 
 @dataclass

@@ -1,17 +1,21 @@
 """Model zoo: registry by name; the CNN, pre-activation ResNet18, small-dataset ViT and EfficientNet families of
 DFML Table 10 plus any timm model; architecture pools; width rates and classifier splits for partial training and
-personalisation."""
+personalisation. The package imports lazily (:mod:`lit_fl.lazy`): ``lit_fl.models.pools`` loads without torch."""
 
-from lit_fl.models.metadata import classifier_module, classifier_prefix, extract_features, split_state, width_rate
-from lit_fl.models.pools import POOLS, assign_evenly, resolve_pool
-from lit_fl.models.registry import (
-    create_model,
-    is_known,
-    num_parameters,
-    register_model,
-    register_model_pattern,
-)
+from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from lit_fl.lazy import lazy_exports
+
+_METADATA = ("classifier_module", "classifier_prefix", "extract_features", "split_state", "width_rate")
+_POOLS = ("POOLS", "assign_evenly", "resolve_pool")
+_REGISTRY = ("create_model", "is_known", "num_parameters", "register_model", "register_model_pattern")
+_EXPORTS: dict[str, str] = {
+    **dict.fromkeys(_METADATA, "lit_fl.models.metadata"),
+    **dict.fromkeys(_POOLS, "lit_fl.models.pools"),
+    **dict.fromkeys(_REGISTRY, "lit_fl.models.registry"),
+}
 __all__ = [
     "POOLS",
     "assign_evenly",
@@ -27,3 +31,10 @@ __all__ = [
     "split_state",
     "width_rate",
 ]
+
+if TYPE_CHECKING:
+    from lit_fl.models.metadata import classifier_module, classifier_prefix, extract_features, split_state, width_rate
+    from lit_fl.models.pools import POOLS, assign_evenly, resolve_pool
+    from lit_fl.models.registry import create_model, is_known, num_parameters, register_model, register_model_pattern
+
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

@@ -21,10 +21,7 @@ from torch import Tensor, nn
 
 from lit_fl.errors import ConfigError
 
-# registry.py imports this module on its last line, after ``register_model`` exists
-from lit_fl.models.registry import register_model
-
-#: ``(conv widths, dense widths)`` of the registered models.
+#: ``(conv widths, dense widths)`` of the models registered as :data:`lit_fl.models.registry.CODIST_NAMES`.
 CODIST_CNNS: dict[str, tuple[tuple[int, int, int], tuple[int, int]]] = {
     "codist_small": ((16, 32, 32), (64, 128)),
     "codist_large": ((32, 64, 64), (128, 256)),
@@ -81,6 +78,3 @@ def codist_cnn(arch: str, input_shape: tuple[int, int, int], num_classes: int) -
     conv, dense = CODIST_CNNS[arch]
     return CodistCNN(conv, dense, input_shape[0], num_classes, (input_shape[1], input_shape[2]))
 
-
-for _name in CODIST_CNNS:
-    register_model(_name, codist_cnn)

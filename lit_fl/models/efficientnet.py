@@ -9,9 +9,6 @@ from __future__ import annotations
 
 from torch import nn
 
-#: Variants of Table 10.
-EFFICIENTNET_VARIANTS: tuple[str, ...] = ("b0", "b1", "b2", "b3", "b4")
-
 
 def efficientnet(variant: str, input_shape: tuple[int, int, int], num_classes: int) -> nn.Module:
     """Factory behind ``efficientnet_<variant>`` (``variant`` one of ``b0`` .. ``b4``)."""

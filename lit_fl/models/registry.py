@@ -3,25 +3,28 @@
 Names: ``cnn_32_64`` (any channel list after ``cnn_``), ``resnet18`` and ``resnet18_<c1>_<c2>_<c3>_<c4>``,
 ``vit_<dim>_<mlp_dim>``, ``efficientnet_b0`` .. ``efficientnet_b4``, ``timm:<name>`` (any timm model), plus
 whatever later modules register with :func:`register_model`. :func:`create_model` builds an architecture for an
-input shape and class count. Third-party libraries (vit-pytorch, efficientnet-pytorch, timm) are imported inside
-the factories, on first use.
+input shape and class count. Each family's module (and torch, vit-pytorch, efficientnet-pytorch, timm behind it)
+is imported inside its factory, on first use: checking a name (:func:`is_known`) never imports torch, so a config
+error answers before a run starts.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
-
-from torch import nn
+from typing import TYPE_CHECKING
 
 from lit_fl.errors import ConfigError
-from lit_fl.models.cnn import cnn
-from lit_fl.models.efficientnet import EFFICIENTNET_VARIANTS, efficientnet
-from lit_fl.models.resnet import RESNET18_WIDTHS, resnet18
-from lit_fl.models.timm_models import timm_model
-from lit_fl.models.vit import vit
 
-ModelFactory = Callable[[str, tuple[int, int, int], int], nn.Module]
+if TYPE_CHECKING:
+    from torch import nn
+
+#: the EfficientNet variants of DFML Table 10 (``efficientnet_b0`` .. ``efficientnet_b4``)
+EFFICIENTNET_VARIANTS: tuple[str, ...] = ("b0", "b1", "b2", "b3", "b4")
+#: the codistillation CNNs (:data:`lit_fl.models.codist_cnn.CODIST_CNNS` holds their widths)
+CODIST_NAMES: tuple[str, ...] = ("codist_small", "codist_large")
+
+ModelFactory = Callable[[str, tuple[int, int, int], int], "nn.Module"]
 _EXACT: dict[str, ModelFactory] = {}
 _PATTERNS: list[tuple[re.Pattern[str], str, ModelFactory]] = []
 
@@ -66,20 +69,40 @@ def name_widths(arch: str) -> list[int]:
 
 
 def _cnn_from_name(arch: str, input_shape: tuple[int, int, int], num_classes: int) -> nn.Module:
+    from lit_fl.models.cnn import cnn
+
     return cnn(name_widths(arch), input_shape, num_classes)
 
 
 def _resnet_from_name(arch: str, input_shape: tuple[int, int, int], num_classes: int) -> nn.Module:
+    from lit_fl.models.resnet import RESNET18_WIDTHS, resnet18
+
     return resnet18(name_widths(arch) or RESNET18_WIDTHS, input_shape, num_classes)
 
 
 def _vit_from_name(arch: str, input_shape: tuple[int, int, int], num_classes: int) -> nn.Module:
+    from lit_fl.models.vit import vit
+
     dim, mlp_dim = name_widths(arch)
     return vit(arch, dim, mlp_dim, input_shape, num_classes)
 
 
 def _efficientnet_from_name(arch: str, input_shape: tuple[int, int, int], num_classes: int) -> nn.Module:
+    from lit_fl.models.efficientnet import efficientnet
+
     return efficientnet(arch.removeprefix("efficientnet_"), input_shape, num_classes)
+
+
+def _timm_from_name(arch: str, input_shape: tuple[int, int, int], num_classes: int) -> nn.Module:
+    from lit_fl.models.timm_models import timm_model
+
+    return timm_model(arch, input_shape, num_classes)
+
+
+def _codist_from_name(arch: str, input_shape: tuple[int, int, int], num_classes: int) -> nn.Module:
+    from lit_fl.models.codist_cnn import codist_cnn
+
+    return codist_cnn(arch, input_shape, num_classes)
 
 
 register_model_pattern(r"cnn(_[1-9][0-9]*)+", "cnn_<c1>_<c2>... (e.g. cnn_32_64)", _cnn_from_name)
@@ -90,5 +113,6 @@ register_model_pattern(
 register_model_pattern(r"vit_[1-9][0-9]*_[1-9][0-9]*", "vit_<dim>_<mlp_dim> (e.g. vit_512_512)", _vit_from_name)
 for _variant in EFFICIENTNET_VARIANTS:
     register_model(f"efficientnet_{_variant}", _efficientnet_from_name)
-register_model_pattern(r"timm:[A-Za-z0-9_.\-]+", "timm:<name> (e.g. timm:resnet18)", timm_model)
-import lit_fl.models.codist_cnn  # noqa: E402, F401  (registers codist_small, codist_large)
+register_model_pattern(r"timm:[A-Za-z0-9_.\-]+", "timm:<name> (e.g. timm:resnet18)", _timm_from_name)
+for _name in CODIST_NAMES:
+    register_model(_name, _codist_from_name)

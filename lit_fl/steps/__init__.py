@@ -2,14 +2,15 @@
 
 The package imports lazily (PEP 562): ``from lit_fl import steps`` costs nothing, and Lightning is imported the
 first time a step class is used (``steps.LocalTraining``), i.e. when a run starts, never for ``--help`` or a
-config error. The light modules (``optim``, ``aggregation``, ``noise``, ``precision``, ``slicing``) import torch
-only.
+config error. The light modules (``aggregation``, ``noise``, ``slicing``) import torch only; ``optim`` and
+``precision`` import neither.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from lit_fl.lazy import lazy_exports
 
 #: public name -> module that defines it
 _EXPORTS: dict[str, str] = {
@@ -24,6 +25,7 @@ _EXPORTS: dict[str, str] = {
     "SGDConfig": "lit_fl.steps.optim",
     "PRECISIONS": "lit_fl.steps.precision",
     "StepRunner": "lit_fl.steps.runner",
+    "weighted_average": "lit_fl.steps.aggregation",
 }
 
 __all__ = [
@@ -38,9 +40,11 @@ __all__ = [
     "SGDConfig",
     "ServerCodistillation",
     "StepRunner",
+    "weighted_average",
 ]
 
 if TYPE_CHECKING:
+    from lit_fl.steps.aggregation import weighted_average
     from lit_fl.steps.aux_proximal_training import AuxProximalTraining
     from lit_fl.steps.deep_mutual_learning import DeepMutualLearning
     from lit_fl.steps.distillation import ServerCodistillation
@@ -53,13 +57,4 @@ if TYPE_CHECKING:
     from lit_fl.steps.runner import StepRunner
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'lit_fl.steps' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

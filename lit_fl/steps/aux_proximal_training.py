@@ -11,8 +11,9 @@ from collections.abc import Callable
 
 from torch import Tensor, nn
 
+from lit_fl.choices import SupervisedLoss
 from lit_fl.models.metadata import extract_features
-from lit_fl.steps.local_training import LocalTraining, SupervisedLoss
+from lit_fl.steps.local_training import LocalTraining
 from lit_fl.steps.optim import SGDConfig
 
 FeatureFn = Callable[[nn.Module, Tensor], Tensor]

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 
 from torch import Tensor, nn
 
+from lit_fl.choices import SupervisedLoss
 from lit_fl.losses import kl_divergence
-from lit_fl.steps.local_training import SupervisedLoss
 from lit_fl.steps.optim import SGDConfig
 from lit_fl.steps.peer_learning import PeerLearningStep
 

@@ -6,7 +6,8 @@ import lightning as L
 import torch
 from torch import Tensor, nn
 
-from lit_fl.losses import LOSSES, SupervisedLoss
+from lit_fl.choices import SupervisedLoss
+from lit_fl.losses import LOSSES
 from lit_fl.steps.optim import SGDConfig
 
 

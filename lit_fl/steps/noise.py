@@ -4,15 +4,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Literal
 
 import torch
 from torch import Tensor
-
-BNStats = Literal["current", "running"]
-StudentRunningStats = Literal["keep", "update"]
-BN_STATS: tuple[str, ...] = ("current", "running")
-STUDENT_RUNNING_STATS: tuple[str, ...] = ("keep", "update")
 
 
 class NoiseBatches:

@@ -43,8 +43,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from lit_fl.choices import BN_STATS, STUDENT_RUNNING_STATS, BNStats, StudentRunningStats
 from lit_fl.losses import teacher_weights
-from lit_fl.steps.noise import BN_STATS, STUDENT_RUNNING_STATS, BNStats, NoiseBatches, StudentRunningStats
+from lit_fl.steps.noise import NoiseBatches
 from lit_fl.steps.optim import SGDConfig
 
 __all__ = [

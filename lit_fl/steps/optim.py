@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING
 
 from lit_fl.errors import ConfigError
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 
 @dataclass
@@ -32,4 +34,6 @@ class SGDConfig:
 
     def build(self, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
         """One SGD over ``params``. Over several models it equals one SGD per model (all per-parameter)."""
+        import torch  # a config names an optimizer without importing torch; a run builds it
+
         return torch.optim.SGD(list(params), lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)

@@ -16,7 +16,8 @@ import lightning as L
 import torch
 from torch import Tensor, nn
 
-from lit_fl.steps.local_training import LOSSES, SupervisedLoss
+from lit_fl.choices import SupervisedLoss
+from lit_fl.steps.local_training import LOSSES
 from lit_fl.steps.optim import SGDConfig
 
 
