@@ -138,3 +138,14 @@ def test_assign_evenly():
     assert assign_evenly(["cnn_32_64"], 4) == ["cnn_32_64"] * 4
     big = Counter(assign_evenly(pool, 50))
     assert set(big.values()) == {10}
+
+
+def test_the_registry_knows_every_family_by_name_and_builds_it_from_its_module() -> None:
+    """Names are checked without importing the model modules; each lazy factory builds the registered family."""
+    from lit_fl.models.codist_cnn import CODIST_CNNS
+    from lit_fl.models.registry import CODIST_NAMES, allowed_names
+
+    assert set(CODIST_NAMES) == set(CODIST_CNNS)
+    assert {"codist_small", "codist_large", "efficientnet_b0", "resnet18"} <= set(allowed_names())
+    assert type(create_model("codist_small", (3, 32, 32), 10)).__name__ == "CodistCNN"
+    assert type(create_model("cnn_8_16", (1, 28, 28), 10)).__name__ == "CNN"

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from lit_fl.data import PARTITIONS, class_proportions, load_dataset, partition, split_train_val
-from lit_fl.data.partition import partition_dirichlet, partition_iid, partition_shards
+from lit_fl.data import PARTITIONS, class_proportions, load_dataset, split_train_val
+from lit_fl.data.partition import partition, partition_dirichlet, partition_iid, partition_shards
 from lit_fl.data.transforms import random_crop_flip
 
 

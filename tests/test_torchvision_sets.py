@@ -182,3 +182,15 @@ def test_download_true_uses_present_files(tmp_path: Path, monkeypatch: pytest.Mo
     _make_fake_root(tmp_path, "mnist", monkeypatch)
     monkeypatch.setattr(tvd.mnist, "download_and_extract_archive", _offline)
     assert load_dataset("mnist", root=tmp_path, download=True).train_x.shape[0] == N_TRAIN
+
+
+def test_the_registry_names_exactly_the_datasets_its_modules_register() -> None:
+    """``list_datasets`` answers from a static table (no torch); every name in it is registered by its module."""
+    import importlib
+
+    from lit_fl.data import registry
+
+    for module in set(registry.BUILTIN.values()):
+        importlib.import_module(module)
+    assert set(registry.BUILTIN) <= set(registry._DATASETS)  # (tests may register more)
+    assert set(SPECS) <= set(registry.BUILTIN)
