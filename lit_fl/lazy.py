@@ -31,8 +31,12 @@ def lazy_exports(package: str, namespace: dict[str, Any], exports: dict[str, str
 def eager_init_annotations(cls: T) -> T:
     """Evaluate ``cls.__init__``'s annotations now (they name hyper-parameter types only: builtins, ``Literal``
     choices, config classes), so that jsonargparse reads types instead of strings. Given strings, it would run
-    the module's ``TYPE_CHECKING`` imports to resolve them, and those import torch."""
+    the module's ``TYPE_CHECKING`` imports to resolve them, and those import torch. Annotations that cannot be
+    evaluated yet (a user's algorithm naming a class defined below it) stay strings, as before."""
     init = cls.__dict__.get("__init__")
     if init is not None:
-        init.__annotations__ = get_type_hints(init)
+        try:
+            init.__annotations__ = get_type_hints(init)
+        except NameError:  # names a class defined later, or one imported for type checkers only: left to jsonargparse
+            pass
     return cls

@@ -99,10 +99,12 @@ def check_precision(accelerator: str, precision: str) -> None:
 
 def check_dataset_files(data: Any) -> None:
     """A torchvision benchmark's files are under ``data.root`` unless ``data.download`` fetches them (the same
-    :class:`DatasetNotFoundError` loading raises, before torch loads)."""
+    :class:`DatasetNotFoundError` loading raises, before torch loads). A loader registered under that name
+    already (a user's own, or the built-in one once imported) is checked when it loads."""
+    from lit_fl.data.registry import is_registered
     from lit_fl.data.torchvision_specs import SPECS, require_files
 
-    if data.dataset in SPECS and not data.download:
+    if data.dataset in SPECS and not data.download and not is_registered(data.dataset):
         require_files(SPECS[data.dataset], data.root)
 
 

@@ -91,3 +91,19 @@ def test_a_run_does_import_lightning() -> None:
     code = "import sys; from lit_fl.steps import StepRunner; StepRunner('cpu'); print('lightning' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.stdout.strip() == "True"
+
+
+def test_an_algorithm_may_name_a_class_defined_below_it_in_its_signature() -> None:
+    """Hyper-parameter annotations are resolved when an algorithm class is defined (so the parser never runs
+    TYPE_CHECKING imports); one that cannot be resolved yet stays a string, as Python leaves it."""
+    from lit_fl.algorithms.base import Algorithm
+
+    class Plugin(Algorithm):
+        def __init__(self, helper: Later | None = None, lr: float = 0.1) -> None:  # noqa: F821
+            super().__init__(lr=lr)
+
+    class Later:
+        pass
+
+    assert Plugin.__init__.__annotations__["helper"] == "Later | None"
+    assert Algorithm.__init__.__annotations__["lr"] is float

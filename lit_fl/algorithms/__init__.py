@@ -2,7 +2,7 @@
 
 An algorithm module imports no torch at module level: torch, the steps and the federation's state are imported
 inside the methods that run a round (type hints import them under ``TYPE_CHECKING``), so that ``lit-fl fit --help``,
-``--print_config`` and every config error build and check the algorithm in a fraction of a second.
+``--print_config`` and the config's checks build and check the algorithm in a fraction of a second.
 """
 
 from lit_fl.algorithms.base import Algorithm, RoundResult

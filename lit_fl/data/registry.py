@@ -39,6 +39,11 @@ def register_dataset(name: str) -> Callable[[DatasetLoader], DatasetLoader]:
     return wrap
 
 
+def is_registered(name: str) -> bool:
+    """Whether a loader for ``name`` is registered already: a user's own, or a built-in whose module was imported."""
+    return name in _DATASETS
+
+
 def list_datasets() -> list[str]:
     """Every built-in and registered dataset name, sorted."""
     return sorted({*BUILTIN, *_DATASETS})
