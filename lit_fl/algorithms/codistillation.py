@@ -47,9 +47,11 @@ import numpy as np
 from lit_fl import steps
 from lit_fl.algorithms.base import Algorithm, RoundResult, nanmean
 from lit_fl.algorithms.decentralized import RoundFaults
+from lit_fl.algorithms.fedadam import FedAdam
 from lit_fl.choices import SupervisedLoss
 from lit_fl.errors import ConfigError
 from lit_fl.federation.faults import draw_failures
+from lit_fl.models import create_model
 
 if TYPE_CHECKING:
     import torch
@@ -121,8 +123,6 @@ class Codistillation(Algorithm):
         weight_decay: float = 0.0,
         batch_size: int = 20,
     ) -> None:
-        from lit_fl.algorithms.fedadam import FedAdam
-
         super().__init__(local_epochs, loss, lr, momentum, weight_decay, batch_size)
         if isinstance(large_clients, (int, float)) and not isinstance(large_clients, bool):
             if not 0.0 < large_clients <= 1.0:
@@ -170,8 +170,6 @@ class Codistillation(Algorithm):
         """Check the server split and the pool, pick ``P_H``, create both server models and the clients'
         large models (a resumed run loads their weights afterwards)."""
         import torch
-
-        from lit_fl.models import create_model
 
         if len(federation.server_idx) == 0:
             raise ConfigError(NO_SERVER_DATA)
@@ -239,8 +237,6 @@ class Codistillation(Algorithm):
         buffers (BatchNorm statistics) is kept for :meth:`apply`, which sets the server's buffers to it."""
         import torch
 
-        from lit_fl.steps.aggregation import weighted_average
-
         server = federation.server[pool]
         start = server.state_dict()
         lost = draw_failures(federation.faults.return_drop_prob, len(chosen), federation.rng.faults)
@@ -265,7 +261,7 @@ class Codistillation(Algorithm):
                 weights.append(client.num_train)
         if not states:
             return None
-        average = weighted_average(states, weights)
+        average = steps.weighted_average(states, weights)
         self.buffers[pool] = {n: average[n] for n, b in server.named_buffers() if torch.is_floating_point(b)}
         return {name: p.detach() - average[name] for name, p in server.named_parameters()}
 

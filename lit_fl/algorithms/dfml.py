@@ -151,8 +151,6 @@ class DFML(DecentralizedAlgorithm):
         """The data-free extension (``noise_batches``): participants distil from each other on Gaussian noise."""
         import torch
 
-        from lit_fl.steps.noise import NoiseBatches
-
         if len(clients) < 2:
             return float("nan")
         step = steps.MutualNoiseDistillation(
@@ -165,7 +163,7 @@ class DFML(DecentralizedAlgorithm):
             optimizer=self.optimizer,
         )
         x = federation.data.train_x
-        noise = NoiseBatches(
+        noise = steps.NoiseBatches(
             federation.data.input_shape,
             self.noise_batch_size,
             self.noise_batches,

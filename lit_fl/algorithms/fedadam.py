@@ -57,26 +57,22 @@ class FedAdam:
         """One Adam step on ``model``'s parameters named in ``grads`` (every other parameter stays)."""
         import torch
 
-        with torch.no_grad():
-            self._step(model, grads, self.lr if lr is None else float(lr))
-
-    def _step(self, model: nn.Module, grads: Mapping[str, Tensor], lr: float) -> None:
-        import torch
-
+        lr = self.lr if lr is None else float(lr)
         b1, b2 = self.betas
         self.steps += 1
         c1 = 1.0 - b1**self.steps if self.bias_correction else 1.0
         c2 = 1.0 - b2**self.steps if self.bias_correction else 1.0
         params = dict(model.named_parameters())
-        for name, g in grads.items():
-            p = params[name]
-            g = g.to(device=p.device, dtype=p.dtype)
-            m = self.exp_avg.setdefault(name, torch.zeros_like(p, memory_format=torch.preserve_format))
-            v = self.exp_avg_sq.setdefault(name, torch.zeros_like(p, memory_format=torch.preserve_format))
-            m.mul_(b1).add_(g, alpha=1.0 - b1)
-            v.mul_(b2).addcmul_(g, g, value=1.0 - b2)
-            denom = (v / c2).sqrt_().add_(self.eps)
-            p.addcdiv_(m / c1, denom, value=-lr)
+        with torch.no_grad():
+            for name, g in grads.items():
+                p = params[name]
+                g = g.to(device=p.device, dtype=p.dtype)
+                m = self.exp_avg.setdefault(name, torch.zeros_like(p, memory_format=torch.preserve_format))
+                v = self.exp_avg_sq.setdefault(name, torch.zeros_like(p, memory_format=torch.preserve_format))
+                m.mul_(b1).add_(g, alpha=1.0 - b1)
+                v.mul_(b2).addcmul_(g, g, value=1.0 - b2)
+                denom = (v / c2).sqrt_().add_(self.eps)
+                p.addcdiv_(m / c1, denom, value=-lr)
 
     def reset(self) -> None:
         """Forget the moments and the step count (a fresh optimiser)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
+from lit_fl import steps
 from lit_fl.algorithms.base import RoundResult
 from lit_fl.algorithms.decentralized import DecentralizedAlgorithm
 
@@ -49,11 +50,10 @@ def clusters_by_architecture(clients: list[Client]) -> dict[str, list[Client]]:
 def average_cluster(cluster: list[Client]) -> None:
     """Replace every model of one same-architecture cluster by the sample-weighted average (Eq. 5)."""
     from lit_fl.federation.state import WeightsToken
-    from lit_fl.steps.aggregation import weighted_average
 
     if len(cluster) < 2:
         return
-    average = weighted_average([c.model.state_dict() for c in cluster], [c.num_train for c in cluster])
+    average = steps.weighted_average([c.model.state_dict() for c in cluster], [c.num_train for c in cluster])
     token = WeightsToken()  # one average, many holders: evaluated once
     for client in cluster:
         client.set_weights(average, token)

@@ -40,6 +40,7 @@ from lit_fl import steps
 from lit_fl.algorithms.base import Algorithm, RoundResult, nanmean
 from lit_fl.choices import BN_STATS, STUDENT_RUNNING_STATS, BNStats, StudentRunningStats, SupervisedLoss
 from lit_fl.errors import ConfigError
+from lit_fl.models import create_model, num_parameters
 from lit_fl.steps.optim import SGDConfig
 
 if TYPE_CHECKING:
@@ -197,8 +198,6 @@ class FedORION(Algorithm):
         fresh model from a seed of its own."""
         import torch
 
-        from lit_fl.models import create_model
-
         first = federation.clients[0].model
         same = [c for c in federation.clients if c.arch == arch]
         if same:
@@ -221,8 +220,6 @@ class FedORION(Algorithm):
     def run_round(
         self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger
     ) -> RoundResult:
-        from lit_fl.steps.aggregation import weighted_average
-
         server = federation.server[GLOBAL]
         selected = self.select(federation)
         global_state = {k: v.detach().clone() for k, v in server.state_dict().items()}
@@ -251,7 +248,7 @@ class FedORION(Algorithm):
 
         if teachers and self.aggregate:
             weights = [c.num_train for c in teachers] if self.aggregation == "samples" else [1.0] * len(teachers)
-            server.load_state_dict(weighted_average(received, weights))
+            server.load_state_dict(steps.weighted_average(received, weights))
         kd_loss = float("nan")
         if teachers and self.server_epochs > 0:
             kd_loss = self.distill(server, teachers, federation, runner)
@@ -295,8 +292,6 @@ class FedORION(Algorithm):
         """Eq. 3 for ``server_epochs * noise_steps`` noise batches; returns the mean ``L_KD``."""
         import torch
 
-        from lit_fl.steps.noise import NoiseBatches
-
         step = steps.NoiseDistillation(
             server,
             [c.model for c in teachers],
@@ -305,7 +300,7 @@ class FedORION(Algorithm):
             student_running_stats=self.student_running_stats,
             optimizer=self.server_optimizer,
         )
-        noise = NoiseBatches(
+        noise = steps.NoiseBatches(
             federation.data.input_shape,
             self.noise_batch_size,
             self.server_epochs * self.noise_steps,
@@ -330,8 +325,6 @@ class FedORION(Algorithm):
 
 def smallest_architecture(federation: Federation) -> str:
     """The federation's architecture with the fewest trainable parameters (first in client order on ties)."""
-    from lit_fl.models import num_parameters
-
     sizes: dict[str, int] = {}
     for client in federation.clients:
         sizes.setdefault(client.arch, num_parameters(client.model))

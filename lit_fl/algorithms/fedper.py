@@ -13,8 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from lit_fl import steps
 from lit_fl.algorithms.base import RoundResult
 from lit_fl.algorithms.local import Local
+from lit_fl.algorithms.unit_representation import ModelSplit
 from lit_fl.errors import ConfigError
 from lit_fl.federation.faults import draw_failures
 
@@ -45,8 +47,6 @@ class FedPer(Local):
     """
 
     def __init__(self, num_peers: int = 5, classifier_modules: list[str] | None = None, **kwargs: Any) -> None:
-        from lit_fl.algorithms.unit_representation import ModelSplit
-
         super().__init__(**kwargs)
         if num_peers < 1:
             raise ConfigError(f"algorithm.num_peers must be >= 1, got {num_peers}")
@@ -117,14 +117,12 @@ class FedPer(Local):
     ) -> State:
         """The client's new weights: ``g`` = data-size weighted average of ``feature_sources``' round-start
         ``g`` (Algorithm 2 line 20), ``h`` = the same over ``classifier_sources`` (line 21)."""
-        from lit_fl.steps.aggregation import weighted_average
-
         state = dict(snapshot[client.id])
         for keys, sources in ((self.feature_keys, feature_sources), (self.classifier_keys, classifier_sources)):
             if list(sources) == [client.id]:
                 continue
             weights = data_sizes(federation, sources)
-            state.update(weighted_average([{k: snapshot[s][k] for k in keys} for s in sources], weights))
+            state.update(steps.weighted_average([{k: snapshot[s][k] for k in keys} for s in sources], weights))
         return state
 
 

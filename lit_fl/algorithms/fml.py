@@ -18,6 +18,7 @@ from lit_fl import steps
 from lit_fl.algorithms.base import RoundResult, nanmean
 from lit_fl.algorithms.decentralized import DecentralizedAlgorithm
 from lit_fl.errors import ConfigError
+from lit_fl.models import create_model, num_parameters
 
 if TYPE_CHECKING:
     import torch
@@ -61,8 +62,6 @@ class DecentralizedFML(DecentralizedAlgorithm):
         """Give every client the same initial meme model (once; a resumed run loads them afterwards)."""
         import torch
 
-        from lit_fl.models import create_model
-
         super().setup(federation)
         arch = self.meme_arch or median_architecture(federation)
         self.meme_arch = arch
@@ -80,8 +79,6 @@ class DecentralizedFML(DecentralizedAlgorithm):
     def run_round(
         self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger
     ) -> RoundResult:
-        from lit_fl.steps.aggregation import weighted_average
-
         participants = self.select(round_, federation)
         aggregator = federation.clients[participants.aggregator]
         selected = [federation.clients[n] for n in participants.senders]
@@ -89,7 +86,7 @@ class DecentralizedFML(DecentralizedAlgorithm):
         senders = self.send(federation, ledger, aggregator, selected, [c.extras[MEME] for c in selected])
         before = self.snapshot_for_returns(federation, senders, [c.extras[MEME] for c in senders])
         cluster = [aggregator, *senders]
-        average = weighted_average([c.extras[MEME].state_dict() for c in cluster], [c.num_train for c in cluster])
+        average = steps.weighted_average([c.extras[MEME].state_dict() for c in cluster], [c.num_train for c in cluster])
         for client in cluster:
             set_meme(client, average)
         self.give_back(
@@ -134,8 +131,6 @@ def set_meme(client: Client, state: dict[str, torch.Tensor]) -> None:
 
 def median_architecture(federation: Federation) -> str:
     """The median of the federation's distinct architectures ordered by parameter count."""
-    from lit_fl.models import num_parameters
-
     sizes: dict[str, int] = {}
     for client in federation.clients:
         sizes.setdefault(client.arch, num_parameters(client.model))

@@ -7,6 +7,7 @@ from __future__ import annotations
 from functools import reduce
 from typing import TYPE_CHECKING
 
+from lit_fl import steps
 from lit_fl.algorithms.defkt import PairwiseExchange
 
 if TYPE_CHECKING:
@@ -38,10 +39,9 @@ class FullAvg(PairwiseExchange):
         runner: StepRunner,
         ledger: CommunicationLedger,
     ) -> float:
-        from lit_fl.steps.aggregation import weighted_average
-
         w_s, w_r = pair_weights(sender, receiver)
-        receiver.set_weights(weighted_average([receiver.model.state_dict(), sender.model.state_dict()], [w_r, w_s]))
+        average = steps.weighted_average([receiver.model.state_dict(), sender.model.state_dict()], [w_r, w_s])
+        receiver.set_weights(average)
         return float("nan")
 
 

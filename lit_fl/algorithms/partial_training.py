@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from lit_fl.algorithms.fedavg import DecentralizedFedAvg
 from lit_fl.errors import ConfigError
+from lit_fl.models import POOLS
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -40,7 +41,6 @@ class PartialTraining(DecentralizedFedAvg):
         self.weighting = weighting
 
     def setup(self, federation: Federation) -> None:
-        from lit_fl.models import POOLS
         from lit_fl.steps.slicing import width_family_mismatch
 
         super().setup(federation)

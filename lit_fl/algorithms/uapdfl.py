@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from lit_fl import steps
 from lit_fl.algorithms.base import RoundResult
 from lit_fl.algorithms.fedper import FedPer, snapshot_states
+from lit_fl.algorithms.unit_representation import divergence, unit_input, unit_representations
 from lit_fl.errors import ConfigError
 from lit_fl.steps.optim import SGDConfig
 
@@ -97,21 +98,15 @@ class UAPDFL(FedPer):
     @staticmethod
     def make_unit_input(federation: Federation) -> Tensor:
         """``X_unit`` for the federation's input shape, on its models' device."""
-        from lit_fl.algorithms.unit_representation import unit_input
-
         return unit_input(federation.data.input_shape, next(federation.clients[0].model.parameters()).device)
 
     def representations(self, federation: Federation, x_unit: Tensor) -> dict[int, tuple[Tensor, Tensor]]:
         """``(I, I_aux)`` of every client's current model (Eq. 5 and 11)."""
-        from lit_fl.algorithms.unit_representation import unit_representations
-
         return {c.id: unit_representations(c.model, x_unit, self.split) for c in federation.clients}
 
     def run_round(
         self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger
     ) -> RoundResult:
-        from lit_fl.algorithms.unit_representation import divergence
-
         if not self.feature_keys:
             self.prepare(federation)
         x_unit = self.make_unit_input(federation)

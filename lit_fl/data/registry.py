@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lit_fl.data.torchvision_specs import SPECS
 from lit_fl.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -19,13 +20,12 @@ if TYPE_CHECKING:
 DatasetLoader = Callable[..., "ImageDataset"]
 _DATASETS: dict[str, DatasetLoader] = {}
 
-_TORCHVISION = ("cifar10", "cifar100", "fmnist", "mnist", "svhn")
 #: built-in dataset name -> the module that registers its loader
 BUILTIN: dict[str, str] = {
     "mnist5k": "lit_fl.data.bundled",
     "digits": "lit_fl.data.bundled",
     "synthetic": "lit_fl.data.synthetic",
-    **dict.fromkeys(_TORCHVISION, "lit_fl.data.torchvision_sets"),
+    **dict.fromkeys(SPECS, "lit_fl.data.torchvision_sets"),
 }
 
 
