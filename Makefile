@@ -21,13 +21,15 @@ test-fast:  ## everything but the slow end-to-end tests
 lint:
 	$(PYTHON) -m ruff check lit_fl tests benchmarks
 
-bench:  ## every benchmark: round time, FedAvg vs plain loop, scale, CLI latency, 2 processes vs 1, evaluation floor (~30 min on 2 cores)
+bench:  ## every benchmark: round time, FedAvg vs plain loop, scale, CLI latency, 2 processes vs 1, evaluation floor, kernels per phase, GPU s/round (~40 min on 2 cores)
 	$(PYTHON) benchmarks/round_time.py
 	$(PYTHON) benchmarks/fedavg_vs_plain.py
 	$(PYTHON) benchmarks/scale.py
 	$(PYTHON) benchmarks/cli_latency.py
 	$(PYTHON) benchmarks/multi_process.py
 	$(PYTHON) benchmarks/eval_floor.py
+	$(PYTHON) benchmarks/kernels.py
+	$(PYTHON) benchmarks/gpu_round.py
 
 clean:
 	rm -rf runs wandb .pytest_cache

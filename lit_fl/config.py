@@ -106,6 +106,10 @@ class TrainerConfig:
         strategy: auto or ddp: both run ddp when devices x num_nodes > 1, one process otherwise.
         precision: 32-true, bf16-mixed or 16-mixed (GPU only; with several processes each keeps its own
             gradient scaler, so 16-mixed results depend on the process count: bf16-mixed needs no scaler).
+        fuse: run the models of one architecture that learn from the same batch (DFML's mutual learning, deep
+            mutual learning, noise distillation) as one vectorised module: ``on``, ``off``, or ``auto`` = on
+            where it is faster, on a GPU (a round of small models is bound by kernel launches there), off on a
+            CPU. Same math within float32 rounding; one process only (several processes run unfused).
     """
 
     accelerator: str = "auto"
@@ -113,6 +117,7 @@ class TrainerConfig:
     num_nodes: int = 1
     strategy: Literal["auto", "ddp"] = "auto"
     precision: Literal["32-true", "bf16-mixed", "16-mixed"] = "32-true"
+    fuse: Literal["auto", "on", "off"] = "auto"
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
@@ -123,6 +128,8 @@ class TrainerConfig:
             raise ConfigError(f"trainer.num_nodes must be >= 1, got {self.num_nodes}")
         if self.strategy not in ("auto", "ddp"):
             raise ConfigError(f"trainer.strategy: {self.strategy!r} is not allowed; allowed: auto, ddp")
+        if self.fuse not in ("auto", "on", "off"):
+            raise ConfigError(f"trainer.fuse: {self.fuse!r} is not allowed; allowed: auto, on, off")
 
 
 @dataclass

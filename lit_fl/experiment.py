@@ -120,6 +120,7 @@ class Experiment:
             self.trainer.devices,
             self.trainer.precision,
             num_nodes=self.trainer.num_nodes,
+            fuse=self.trainer.fuse,
         )
         federation = build_federation(
             dataset.to(runner.device),

@@ -3,6 +3,10 @@
 * :func:`wsm_loss` - re-weighted softmax cross-entropy (WSM, DFML Eq. 2, Legate et al. 2023).
 * :func:`weighted_kl_loss` - the parameter-weighted multi-teacher KL of DFML Eq. 3.
 * :func:`cross_entropy` - plain CE, the ablation of WSM.
+* :func:`peer_losses` - every student's ``a_n sup(z_n) + b_n sum_q W[n, q] KL(p_q || p_n)`` at once from the
+  stacked logits ``[N, B, C]``, in a number of kernels that does not grow with N (DFML Eq. 1 for all
+  participants, deep mutual learning, the noise distillations). The per-pair functions above are its
+  reference: the same math, one pair at a time.
 
 All losses average over the batch (the paper sums; a mean keeps the learning rate independent of the
 batch size, see SPEC "WSM ... mean over batch").
@@ -75,6 +79,68 @@ def weighted_kl_loss(
             continue
         loss = loss + w_q * kl_divergence(z_q.detach(), student_logits, temperature)
     return loss
+
+
+def teacher_weight_matrix(num_params: Sequence[int], weighted: bool = True) -> Tensor:
+    """``W[n, q]`` = :func:`teacher_weights` ``(num_params, n, weighted)[q]``: Eq. 3's weights of every student."""
+    return torch.tensor([teacher_weights(num_params, n, weighted) for n in range(len(num_params))])
+
+
+def supervised_losses(logits: Tensor, target: Tensor, class_proportions: Tensor | None, loss: str) -> Tensor:
+    """``[N]``: :func:`wsm_loss` (``loss="wsm"``) or :func:`cross_entropy` of each of the stacked ``[N, B, C]``
+    logits against the same ``target`` ``[B]``, batch means."""
+    z = logits.float()
+    if loss == "wsm":
+        assert class_proportions is not None
+        z_norm = z + torch.log(class_proportions.to(device=z.device, dtype=torch.float32))
+    else:
+        z_norm = z
+    normaliser = torch.logsumexp(z_norm, dim=2)
+    true_logit = z.gather(2, target.view(1, -1, 1).expand(z.shape[0], -1, 1)).squeeze(2)
+    return (normaliser - true_logit).mean(dim=1)
+
+
+def peer_losses(
+    logits: Tensor,
+    target: Tensor | None,
+    weights: Tensor | None,
+    supervised_weight: Tensor | float = 1.0,
+    distill_weight: Tensor | float = 1.0,
+    temperature: float = 1.0,
+    class_proportions: Tensor | None = None,
+    loss: str = "wsm",
+    teacher_entropy: bool = True,
+) -> Tensor:
+    """Every student's loss at once, ``[N]``, from the stacked logits ``[N, B, C]`` of N models on one batch::
+
+        L_n = a_n * sup(z_n, y) + b_n * T^2 * sum_q W[n, q] KL(p_q^T || p_n^T)
+
+    with the teachers' predictions ``p_q`` detached (DFML Eq. 1 and 3 with ``a = 1 - alpha``, ``b = alpha``;
+    deep mutual learning with ``W = [[0, 1], [1, 0]]``). ``sup`` is WSM or CE (``loss``); ``target=None`` leaves
+    it out, ``weights=None`` the distillation. With ``teacher_entropy=False`` the KL becomes the soft-target
+    cross-entropy ``-sum_c p_q log p_n`` (FedORION Eq. 3: the same gradient, without the teachers' entropy).
+
+    The weighted sum over teachers is one matrix product ``W @ p``: a fixed number of kernels for any N, and no
+    value is read back to the host. Runs in float32 whatever the autocast context (as the per-pair functions,
+    which cast their inputs).
+    """
+    with torch.autocast(device_type=logits.device.type, enabled=False):
+        z = logits.float()
+        n, b, c = z.shape
+        total = z.new_zeros(n)
+        if target is not None:
+            total = supervised_weight * supervised_losses(z, target, class_proportions, loss)
+        if weights is None:
+            return total
+        t = float(temperature)
+        log_q = torch.log_softmax(z / t if t != 1.0 else z, dim=2)
+        log_p = log_q.detach()
+        p = log_p.exp()
+        mixture = (weights @ p.view(n, b * c)).view(n, b, c)  # sum_q W[n, q] p_q for every student n
+        distill = -(mixture * log_q).sum(dim=(1, 2))
+        if teacher_entropy:
+            distill = distill + weights @ (p * log_p).sum(dim=(1, 2))
+        return total + distill_weight * distill * (t * t / b)
 
 
 #: The supervised losses a client phase can use (``algorithm.loss``).

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import torch
 from torch import Tensor, nn
 
 from lit_fl.choices import SupervisedLoss
-from lit_fl.losses import kl_divergence
+from lit_fl.losses import peer_losses
 from lit_fl.steps.optim import SGDConfig
 from lit_fl.steps.peer_learning import PeerLearningStep
 
@@ -68,6 +69,9 @@ class DeepMutualLearning(PeerLearningStep):
         super().__init__([model_a, model_b], class_proportions, trainable, loss, optimizer, model_optimizers)
         self.kl_weight = float(kl_weight)
         self.loss_weights = weights
+        self.register_buffer("peer_matrix", torch.tensor([[0.0, 1.0], [1.0, 0.0]]), persistent=False)
+        self.register_buffer("supervised_weights", torch.tensor([a for a, _ in weights]), persistent=False)
+        self.register_buffer("distill_weights", torch.tensor([b for _, b in weights]), persistent=False)
         self.temperature = float(temperature)
 
     @property
@@ -78,13 +82,11 @@ class DeepMutualLearning(PeerLearningStep):
     def model_b(self) -> nn.Module:
         return self.models[1]
 
-    def model_loss(self, logits: Sequence[Tensor], y: Tensor, n: int) -> Tensor:
-        """Def-KT Eq. 5 (``n = 0``) or Eq. 6 (``n = 1``) given both models' logits on the batch:
+    def peer_losses(self, logits: Tensor, y: Tensor) -> Tensor:
+        """Def-KT Eq. 5 (model a) and Eq. 6 (model b) given both models' stacked logits ``[2, B, C]``:
         ``w_sup * sup(z_n, y) + w_kl * KL(p_peer || p_n)`` with ``(w_sup, w_kl) = loss_weights[n]``."""
-        w_sup, w_kl = self.loss_weights[n]
-        supervised = self.loss_fn(logits[n], y, self.class_proportions)
-        if w_kl == 0.0:
-            return w_sup * supervised
-        peer = logits[1 - n].detach()
-        distill = kl_divergence(peer, logits[n], self.temperature)
-        return (supervised if w_sup == 1.0 else w_sup * supervised) + w_kl * distill
+        if all(w_kl == 0.0 for _, w_kl in self.loss_weights):
+            return peer_losses(logits, y, None, self.supervised_weights, class_proportions=self.class_proportions,
+                               loss=self.loss_name)
+        return peer_losses(logits, y, self.peer_matrix, self.supervised_weights, self.distill_weights,
+                           self.temperature, self.class_proportions, self.loss_name)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from torch import Tensor, nn
 
 from lit_fl.choices import SupervisedLoss
-from lit_fl.losses import teacher_weights, weighted_kl_loss
+from lit_fl.losses import peer_losses, teacher_weight_matrix
 from lit_fl.steps.optim import SGDConfig
 from lit_fl.steps.peer_learning import PeerLearningStep
 
@@ -37,13 +37,13 @@ class MutualLearning(PeerLearningStep):
     ) -> None:
         super().__init__(models, class_proportions, trainable, loss, optimizer)
         self.alpha = float(alpha)
-        self.weights = [teacher_weights(num_params, n, weighted_kl) for n in range(len(models))]
+        #: ``W[n, q]``, Eq. 3's weight of teacher ``q`` for student ``n``
+        self.register_buffer("weights", teacher_weight_matrix(num_params, weighted_kl), persistent=False)
         self.temperature = temperature
 
-    def model_loss(self, logits: Sequence[Tensor], y: Tensor, n: int) -> Tensor:
-        """DFML Eq. 1 for participant ``n`` given every participant's logits on the batch."""
-        supervised = self.loss_fn(logits[n], y, self.class_proportions)
+    def peer_losses(self, logits: Tensor, y: Tensor) -> Tensor:
+        """DFML Eq. 1 for every participant given all participants' stacked logits ``[N, B, C]`` on the batch."""
         if self.alpha == 0.0:
-            return supervised
-        distill = weighted_kl_loss(logits, n, self.weights[n], self.temperature)
-        return (1.0 - self.alpha) * supervised + self.alpha * distill
+            return peer_losses(logits, y, None, class_proportions=self.class_proportions, loss=self.loss_name)
+        return peer_losses(logits, y, self.weights, 1.0 - self.alpha, self.alpha, self.temperature,
+                           self.class_proportions, self.loss_name)

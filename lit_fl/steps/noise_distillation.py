@@ -44,7 +44,7 @@ from torch import Tensor, nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from lit_fl.choices import BN_STATS, STUDENT_RUNNING_STATS, BNStats, StudentRunningStats
-from lit_fl.losses import teacher_weights
+from lit_fl.losses import peer_losses, teacher_weight_matrix
 from lit_fl.steps.noise import NoiseBatches
 from lit_fl.steps.optim import SGDConfig
 
@@ -152,6 +152,9 @@ class NoiseDistillation(L.LightningModule):
         self.teachers = nn.ModuleList(teachers)
         total = float(sum(weights))
         self.weights = [float(w) / total for w in weights]
+        matrix = torch.zeros(len(weights) + 1, len(weights) + 1)
+        matrix[0, 1:] = torch.tensor(self.weights)  # the student (row 0) learns from every teacher
+        self.register_buffer("weight_matrix", matrix, persistent=False)
         self.bn_stats: BNStats = bn_stats
         self.student_running_stats: StudentRunningStats = student_running_stats
         self.temperature = float(temperature)
@@ -175,12 +178,10 @@ class NoiseDistillation(L.LightningModule):
         return self.student(z)
 
     def kd_loss(self, student_logits: Tensor, teacher_logits: Sequence[Tensor]) -> Tensor:
-        """``sum_i w_i CE(softmax(teacher_i), student)`` (Eq. 3)."""
-        loss = student_logits.new_zeros((), dtype=torch.float32)
-        for w, t in zip(self.weights, teacher_logits):
-            if w > 0:
-                loss = loss + w * soft_cross_entropy(t, student_logits, self.temperature)
-        return loss
+        """``sum_i w_i CE(softmax(teacher_i), student)`` (Eq. 3): the student's row of :func:`peer_losses` over
+        the stacked ``[student, teacher_1, ...]`` logits."""
+        logits = torch.stack([student_logits.float(), *(t.float() for t in teacher_logits)])
+        return peer_losses(logits, None, self.weight_matrix, temperature=self.temperature, teacher_entropy=False)[0]
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         z, _ = batch
@@ -227,7 +228,10 @@ class MutualNoiseDistillation(L.LightningModule):
         self.trainable = list(trainable) if trainable is not None else [True] * len(models)
         if len(self.trainable) != len(models) or not any(self.trainable):
             raise ValueError("trainable must give one flag per model, at least one True")
-        self.weights = [teacher_weights(num_params, n, weighted) for n in range(len(models))]
+        #: ``W[n, q]``, DFML Eq. 3's weight of teacher ``q`` for student ``n``
+        self.register_buffer("weights", teacher_weight_matrix(num_params, weighted), persistent=False)
+        learners = [n for n, t in enumerate(self.trainable) if t]
+        self.register_buffer("learners", torch.tensor(learners), persistent=False)
         self.bn_stats: BNStats = bn_stats
         self.temperature = float(temperature)
         self.optimizer_config = optimizer or SGDConfig()
@@ -240,13 +244,9 @@ class MutualNoiseDistillation(L.LightningModule):
         for model, trainable in zip(self.models, self.trainable):
             with teacher_mode(model, self.bn_stats), torch.set_grad_enabled(trainable):
                 logits.append(model(z))
-        total = logits[0].new_zeros((), dtype=torch.float32)
-        for n, trainable in enumerate(self.trainable):
-            if not trainable:
-                continue
-            for q, w in enumerate(self.weights[n]):
-                if q != n and w > 0:
-                    total = total + w * soft_cross_entropy(logits[q], logits[n], self.temperature)
+        losses = peer_losses(torch.stack(logits), None, self.weights, temperature=self.temperature,
+                             teacher_entropy=False)
+        total = losses.index_select(0, self.learners).sum()
         self.loss_sum = self.loss_sum.to(total.device) + total.detach()
         self.num_batches += 1
         return total

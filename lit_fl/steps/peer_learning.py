@@ -1,28 +1,31 @@
 """``PeerLearningStep``: the shared shape of every step in which several models learn from each other's
 logits on the same batch (DFML's multi-student mutual learning, deep mutual learning).
 
-Every batch: the logits of ALL models first (teachers without gradient), then the sum of the trainable
-models' own losses. Each loss depends on its own model's weights alone (peers are detached), so one
-backward pass gives every model exactly its own gradient, and one SGD over all trainable parameters equals
-one SGD per model (SGD, momentum and weight decay are all per parameter).
+Every batch: the logits of ALL models first (teachers without gradient), stacked ``[N, B, C]``, then every
+model's loss at once (:meth:`PeerLearningStep.peer_losses`, a tensor expression whose kernel count does not grow
+with N) and the sum of the trainable models' losses. Each loss depends on its own model's weights alone (peers are
+detached), so one backward pass gives every model exactly its own gradient, and one SGD over all trainable
+parameters equals one SGD per model (SGD, momentum and weight decay are all per parameter).
 """
 
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 import lightning as L
 import torch
 from torch import Tensor, nn
 
 from lit_fl.choices import SupervisedLoss
+from lit_fl.steps.fusion import FusedModels, fusion_groups, native_cpu_convolutions
 from lit_fl.steps.local_training import LOSSES
 from lit_fl.steps.optim import SGDConfig
 
 
 class PeerLearningStep(L.LightningModule):
-    """Subclasses define :meth:`model_loss`; ``trainable[n] = False`` makes model ``n`` a fixed teacher;
+    """Subclasses define :meth:`peer_losses`; ``trainable[n] = False`` makes model ``n`` a fixed teacher;
     ``model_optimizers[n]`` gives model ``n`` SGD settings of its own (default: ``optimizer``)."""
 
     def __init__(
@@ -41,6 +44,11 @@ class PeerLearningStep(L.LightningModule):
         self.register_buffer("class_proportions", class_proportions.float(), persistent=False)
         self.trainable = [bool(t) for t in trainable] if trainable is not None else [True] * len(models)
         self.loss_fn = LOSSES[loss]
+        self.loss_name: SupervisedLoss = loss
+        learners = [n for n, t in enumerate(self.trainable) if t]
+        #: the trainable models' rows of :meth:`peer_losses` (None: all of them)
+        self.register_buffer("learners", None if len(learners) == len(models) else torch.tensor(learners),
+                             persistent=False)
         self.optimizer_config = optimizer or SGDConfig()
         if model_optimizers is not None and len(model_optimizers) != len(models):
             raise ValueError(f"model_optimizers must give one entry per model, got {len(model_optimizers)}")
@@ -52,20 +60,30 @@ class PeerLearningStep(L.LightningModule):
         self.local: list[bool] | None = None
         self._all_reduce: Callable[[Tensor], Tensor] | None = None
         self._student_losses: list[Tensor] = []  # per batch, every trainable model's loss (0 where not local)
+        #: inside :meth:`fused`: the fused groups of trainable same-architecture models
+        self.fused_groups: nn.ModuleList | None = None
+        self._fused_order: Tensor | None = None  # participant order of the fused logits' rows (None: identity)
+        self._unfused: list[int] = []
 
     @abstractmethod
+    def peer_losses(self, logits: Tensor, y: Tensor) -> Tensor:
+        """Every model's loss ``[N]`` given the stacked logits ``[N, B, C]`` of all models on the batch (peers
+        detached inside)."""
+
     def model_loss(self, logits: Sequence[Tensor], y: Tensor, n: int) -> Tensor:
-        """The loss of model ``n`` given every model's logits on the batch (peers to be detached)."""
+        """The loss of model ``n`` given every model's logits on the batch."""
+        return self.peer_losses(torch.stack(list(logits)), y)[n]
+
+    def learning_loss(self, losses: Tensor) -> Tensor:
+        """The sum of the trainable models' losses (the quantity whose backward trains them all)."""
+        return (losses if self.learners is None else losses.index_select(0, self.learners)).sum()
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         x, y = batch
         if self.local is not None:
             return self._sharded_step(x, y)
-        logits = [self._logits(n, x) for n in range(len(self.models))]
-        total = logits[0].new_zeros((), dtype=torch.float32)
-        for n, trainable in enumerate(self.trainable):
-            if trainable:
-                total = total + self.model_loss(logits, y, n)
+        logits = self.all_logits(x)
+        total = self.learning_loss(self.peer_losses(logits, y))
         self.loss_sum = self.loss_sum.to(total.device) + total.detach()
         self.num_batches += 1
         return total
@@ -91,17 +109,18 @@ class PeerLearningStep(L.LightningModule):
             shared[n] = z.detach().float()
         self._all_reduce(shared)
         dtype = reference.dtype if reference is not None else torch.float32
-        logits = [own[n] if n in own else shared[n].to(dtype) for n in range(len(self.models))]
-        losses = shared.new_zeros(len(self.models))
-        total = shared.new_zeros((), requires_grad=False)
-        for n, trainable in enumerate(self.trainable):
-            if trainable and self.local[n]:
-                loss = self.model_loss(logits, y, n)
-                losses[n] = loss.detach().float()
-                total = total + loss
-        self._student_losses.append(losses)
+        logits = torch.stack([own[n] if n in own else shared[n].to(dtype) for n in range(len(self.models))])
+        losses = self.peer_losses(logits, y)
+        mine = [n for n, (t, here) in enumerate(zip(self.trainable, self.local)) if t and here]
+        kept = torch.zeros_like(losses, dtype=torch.float32)
+        if not mine:
+            self._student_losses.append(kept)
+            self.num_batches += 1
+            return losses.new_zeros(())
+        index = torch.tensor(mine, device=losses.device)
+        self._student_losses.append(kept.index_copy(0, index, losses.detach().float().index_select(0, index)))
         self.num_batches += 1
-        return total
+        return losses.index_select(0, index).sum()
 
     def num_outputs(self, own: dict[int, Tensor]) -> int:
         """Classes of the logits (a local model's output width, else the length of the class proportions)."""
@@ -117,14 +136,54 @@ class PeerLearningStep(L.LightningModule):
         if self._student_losses:
             table = all_reduce(torch.stack(self._student_losses))
             loss_sum = torch.zeros((), dtype=torch.float32, device=table.device)
-            for row in table:
-                total = torch.zeros((), dtype=torch.float32, device=table.device)
-                for n, trainable in enumerate(self.trainable):
-                    if trainable:
-                        total = total + row[n]
-                loss_sum = loss_sum + total
+            for row in table:  # per batch, summed as one process sums its batch (learning_loss)
+                loss_sum = loss_sum + self.learning_loss(row)
             self.loss_sum = loss_sum
         self.local, self._all_reduce, self._student_losses = None, None, []
+
+    def all_logits(self, x: Tensor) -> Tensor:
+        """Every model's logits on ``x``, stacked ``[N, B, C]``; inside :meth:`fused` each fused group runs as
+        one module."""
+        if self.fused_groups is None:
+            return torch.stack([self._logits(n, x) for n in range(len(self.models))])
+        parts = [group(x) for group in self.fused_groups]
+        parts += [self._logits(n, x).unsqueeze(0) for n in self._unfused]
+        logits = torch.cat(parts) if len(parts) > 1 else parts[0]
+        return logits if self._fused_order is None else logits.index_select(0, self._fused_order)
+
+    @contextmanager
+    def fused(self) -> Iterator[None]:
+        """Within the block the trainable models of one architecture run fused (:mod:`lit_fl.steps.fusion`) and
+        :meth:`configure_optimizers` trains the stacked weights; on exit every model gets its weights back.
+        Models with their own SGD settings, teachers and models that draw random numbers run unfused."""
+        candidates = [t and own is None for t, own in zip(self.trainable, self.model_optimizers)]
+        groups = fusion_groups(self.models, candidates)
+        if not groups:
+            yield
+            return
+        fused = [n for g in groups for n in g]
+        self._unfused = [n for n in range(len(self.models)) if n not in set(fused)]
+        order = fused + self._unfused
+        position = [order.index(n) for n in range(len(self.models))]
+        device = self.class_proportions.device
+        self._fused_order = None if order == list(range(len(order))) else torch.tensor(position, device=device)
+        self.fused_groups = nn.ModuleList([FusedModels([self.models[n] for n in g]) for g in groups])
+        self.fused_groups.train(self.training)
+        try:
+            with native_cpu_convolutions(device):
+                yield
+        finally:
+            groups_done, self.fused_groups = self.fused_groups, None
+            self._fused_order, self._unfused = None, []
+            for group in groups_done:
+                group.write_back()
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        """The parameters the optimizer trains: the fused stacks and every other trainable model's."""
+        if self.fused_groups is None:
+            return [p for m, t in zip(self.models, self.trainable) if t for p in m.parameters()]
+        params = [p for group in self.fused_groups for p in group.parameters()]
+        return params + [p for n in self._unfused if self.trainable[n] for p in self.models[n].parameters()]
 
     def _logits(self, n: int, x: Tensor) -> Tensor:
         model = self.models[n]
@@ -135,15 +194,14 @@ class PeerLearningStep(L.LightningModule):
     def configure_optimizers(self) -> torch.optim.Optimizer:
         """One SGD over the trainable models, a parameter group per model with its own settings."""
         if all(o is None for o in self.model_optimizers):
-            params = [p for m, t in zip(self.models, self.trainable) if t for p in m.parameters()]
-            return self.optimizer_config.build(params)
+            return self.optimizer_config.build(self.trainable_parameters())
         groups = []
         for model, trainable, own in zip(self.models, self.trainable, self.model_optimizers):
             if trainable:
                 config = own or self.optimizer_config
                 groups.append({"params": list(model.parameters()), "lr": config.lr, "momentum": config.momentum,
                                "weight_decay": config.weight_decay})
-        return torch.optim.SGD(groups, lr=self.optimizer_config.lr)
+        return torch.optim.SGD(groups, lr=self.optimizer_config.lr, foreach=True)
 
 
 def frozen_teacher_logits(model: nn.Module, x: Tensor) -> Tensor:

@@ -11,6 +11,7 @@ placement with far less per-call overhead than building a Trainer for every clie
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING
 
 import torch
@@ -41,6 +42,7 @@ class StepRunner:
         devices: int = 1,
         precision: Precision = "32-true",
         num_nodes: int = 1,
+        fuse: str = "off",
     ) -> None:
         if precision not in PRECISIONS:
             raise ConfigError(f"trainer.precision: {precision!r} is not allowed; allowed: {', '.join(PRECISIONS)}")
@@ -61,6 +63,10 @@ class StepRunner:
         if multi:
             self.fabric.launch()  # spawns the other local processes, or joins torchrun's / SLURM's group
         self.precision = precision
+        if fuse not in ("auto", "on", "off"):
+            raise ConfigError(f"trainer.fuse: {fuse!r} is not allowed; allowed: auto, on, off")
+        #: whether steps that can fuse same-architecture models do (``trainer.fuse``; auto = on a GPU)
+        self.fuse = fuse == "on" or (fuse == "auto" and self.device.type == "cuda")
         self.placement = Placement((), self.fabric.global_rank, self.fabric.world_size)
         self._phase: str | None = None  # inside each(): "local" (this rank's client) or "dry" (another's)
 
@@ -137,17 +143,26 @@ class StepRunner:
         if not _on_device(step, self.device):
             step = step.to(self.device)
         step.train()
-        learns = getattr(step, "learns_here", True)
-        optimizer = self.fabric.setup_optimizers(step.configure_optimizers()) if learns else None
-        autocast = self.fabric.autocast
-        for batch_idx, batch in enumerate(batches):
-            with autocast():
-                loss = step.training_step(batch, batch_idx)
-            if optimizer is not None:
-                self.fabric.backward(loss)
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
+        with self._fusion(step):
+            learns = getattr(step, "learns_here", True)
+            optimizer = self.fabric.setup_optimizers(step.configure_optimizers()) if learns else None
+            autocast = self.fabric.autocast
+            for batch_idx, batch in enumerate(batches):
+                with autocast():
+                    loss = step.training_step(batch, batch_idx)
+                if optimizer is not None:
+                    self.fabric.backward(loss)
+                    optimizer.step()
+                    optimizer.zero_grad(set_to_none=True)
         return step
+
+    def _fusion(self, step: L.LightningModule) -> AbstractContextManager:
+        """The step's fused phase (:mod:`lit_fl.steps.fusion`) when fusion is on and the step runs whole here
+        (a step sharded over processes runs unfused)."""
+        fused = getattr(step, "fused", None)
+        if not self.fuse or fused is None or getattr(step, "local", None) is not None:
+            return nullcontext()
+        return fused()
 
     def any(self, flag: bool) -> bool:
         """Whether ``flag`` holds on any process (one process: ``flag``)."""

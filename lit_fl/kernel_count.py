@@ -1,0 +1,54 @@
+"""Count the kernels a piece of work dispatches: a CPU proxy for GPU time of small models.
+
+A GPU run of small models is bound by kernel launches, not by arithmetic, so the number of aten operators
+dispatched is a faithful, noise-free measure of its speed that can be taken on any CPU. :class:`KernelCounter` is a
+``TorchDispatchMode`` that counts every aten call except views (a view launches no kernel), grouped by a phase
+label the caller sets::
+
+    with KernelCounter() as counter:
+        with counter.phase("mutual learning"):
+            ...
+    print(counter.total, counter.by_phase)
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from torch.utils._python_dispatch import TorchDispatchMode
+
+
+class KernelCounter(TorchDispatchMode):
+    """Counts non-view aten calls in the current thread while active (``with``), per phase and per operator."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.by_phase: Counter[str] = Counter()
+        self.by_op: Counter[str] = Counter()
+        self.by_phase_op: Counter[tuple[str, str]] = Counter()
+        self.current = "rest"
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        if not func.is_view:
+            self.by_phase[self.current] += 1
+            self.by_op[str(func.overloadpacket)] += 1
+            self.by_phase_op[self.current, str(func.overloadpacket)] += 1
+        return func(*args, **(kwargs or {}))
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_phase.values())
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Attribute the kernels dispatched in the block to ``name`` (the outermost label wins when nested)."""
+        previous = self.current
+        if previous == "rest":
+            self.current = name
+        try:
+            yield
+        finally:
+            self.current = previous

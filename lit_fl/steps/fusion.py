@@ -1,0 +1,155 @@
+"""Horizontal fusion: several models of one architecture that see the same batch run as ONE module.
+
+``FusedModels`` stacks the models' parameters and buffers (``torch.func.stack_module_state``). The CNN family of
+DFML Table 10 runs as one hand-fused network: the first convolution over the shared input with the G models' filters
+side by side, every later one a grouped convolution (``groups=G``), G ``GroupNorm(1, C)`` as one ``GroupNorm(G,
+G*C)``, the G linear heads as one batched matmul. Every other architecture runs with ``vmap(functional_call(...))``,
+whose batching rules do the same for convolutions, norms and linear layers, and fuse G BatchNorms into one call in
+which every model keeps its own running statistics (each stacked buffer row is its model's). Forward and backward
+launch the kernels of one model instead of G, so a GPU round of small models, which is bound by kernel launches,
+runs up to G times faster.
+
+The clients stay the owners of their weights: the stacked tensors are copies made when a phase starts, trained by
+one optimizer (SGD, momentum and weight decay act per element, so an SGD over the stack equals one SGD per model),
+and copied back into each client's modules when the phase ends (:meth:`FusedModels.write_back`).
+
+Fusion is exact math, not bit-identical arithmetic: a grouped convolution sums in another order than G separate
+ones, so fused and unfused phases agree within float32 rounding (tests: 1e-5 relative after 3 steps). Models that
+draw random numbers in training (dropout, drop-path with p > 0) are never fused: their masks would come from
+another stream than unfused training draws them from.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+import torch
+from torch import Tensor, nn
+
+#: modules whose training forward draws random numbers when their probability is > 0
+_RANDOM_ATTRIBUTES = ("p", "drop_prob")
+
+
+@contextmanager
+def native_cpu_convolutions(device: torch.device) -> Iterator[None]:
+    """On a CPU, within the block convolutions run PyTorch's own kernels instead of oneDNN's. oneDNN's grouped
+    convolution loses float32 precision in training on this project's CPUs (measured: two fused ``cnn_16_32_64``
+    ended 6e-4 relative away from a float64 run after 3 SGD steps, against 5e-8 with PyTorch's kernels)."""
+    if device.type != "cpu":
+        yield
+        return
+    previous = torch.backends.mkldnn.enabled
+    torch.backends.mkldnn.enabled = False
+    try:
+        yield
+    finally:
+        torch.backends.mkldnn.enabled = previous
+
+
+def fusible(model: nn.Module) -> bool:
+    """Whether ``model`` computes a deterministic function of its input and weights in training mode."""
+    for module in model.modules():
+        name = type(module).__name__.lower()
+        if "dropout" in name or "droppath" in name:
+            if any(float(getattr(module, a, 0.0) or 0.0) > 0.0 for a in _RANDOM_ATTRIBUTES):
+                return False
+    return True
+
+
+def signature(model: nn.Module) -> tuple:
+    """Models with equal signatures have the same computation: same class, parameter and buffer shapes."""
+    return (
+        type(model),
+        tuple((k, tuple(v.shape), v.dtype) for k, v in model.state_dict().items()),
+        tuple(m.training for m in model.modules()),
+    )
+
+
+def fusion_groups(models: Sequence[nn.Module], candidates: Sequence[bool]) -> list[list[int]]:
+    """Indices of the models to fuse, by signature (in first-appearance order); only groups of two or more and
+    only ``candidates`` that :func:`fusible` accepts."""
+    groups: dict[tuple, list[int]] = {}
+    for n, (model, candidate) in enumerate(zip(models, candidates)):
+        if candidate and fusible(model):
+            groups.setdefault(signature(model), []).append(n)
+    return [g for g in groups.values() if len(g) > 1]
+
+
+class FusedModels(nn.Module):
+    """G models of one architecture as one module; ``forward(x)`` gives the logits of each, ``[G, B, C]``.
+
+    Parameters are stacked leaves (``params[i]`` of shape ``[G, *shape]``), registered on this module so that an
+    optimizer over :meth:`parameters` trains all G models; buffers are stacked the same way.
+    """
+
+    def __init__(self, models: Sequence[nn.Module]) -> None:
+        super().__init__()
+        from torch.func import stack_module_state
+
+        params, buffers = stack_module_state(list(models))
+        self.param_names = list(params)
+        self.buffer_names = list(buffers)
+        self.params = nn.ParameterList([nn.Parameter(params[k].detach()) for k in self.param_names])
+        for i, key in enumerate(self.buffer_names):
+            self.register_buffer(f"buffer_{i}", buffers[key].detach().clone(), persistent=False)
+        self.__dict__["targets"] = list(models)  # the clients' modules: not submodules of the step
+        self.__dict__["template"] = copy.deepcopy(models[0]).to("meta")
+        from lit_fl.models.cnn import CNN
+
+        #: the CNN family is hand-fused (fewer kernels than vmap's batching rules); others go through vmap
+        self.cnn_layers = len(models[0].channels) if all(type(m) is CNN for m in models) else 0
+
+    def _buffers_list(self) -> list[Tensor]:
+        return [getattr(self, f"buffer_{i}") for i in range(len(self.buffer_names))]
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.cnn_layers:
+            return self._fused_cnn(x)
+        from torch.func import functional_call, vmap
+
+        template: nn.Module = self.__dict__["template"]
+        template.train(self.training)
+
+        def one(params: dict[str, Tensor], buffers: dict[str, Tensor], inputs: Tensor) -> Tensor:
+            return functional_call(template, (params, buffers), (inputs,))
+
+        params = dict(zip(self.param_names, self.params))
+        buffers = dict(zip(self.buffer_names, self._buffers_list()))
+        return vmap(one, in_dims=(0, 0, None), randomness="error")(params, buffers, x)
+
+    def _fused_cnn(self, x: Tensor) -> Tensor:
+        """G :class:`~lit_fl.models.cnn.CNN` of one architecture on the same ``x``: ``[G, B, classes]``."""
+        import torch.nn.functional as F
+
+        p = dict(zip(self.param_names, self.params))
+        g = len(self.params[0])
+        template = self.__dict__["template"]
+        h = x
+        for i in range(self.cnn_layers):
+            conv, norm = template.features[4 * i], template.features[4 * i + 3]
+            weight = p[f"features.{4 * i}.weight"]
+            h = F.conv2d(h, weight.reshape(-1, *weight.shape[2:]), p[f"features.{4 * i}.bias"].reshape(-1),
+                         padding=conv.padding, groups=1 if i == 0 else g)
+            h = F.max_pool2d(F.relu(h), 2, ceil_mode=True)
+            h = F.group_norm(h, g, p[f"features.{4 * i + 3}.weight"].reshape(-1),
+                             p[f"features.{4 * i + 3}.bias"].reshape(-1), norm.eps)
+        features = h.reshape(len(x), g, -1).transpose(0, 1)  # [G, B, C*H*W]: each model's flattened map
+        weight, bias = p["classifier.weight"], p["classifier.bias"]
+        return torch.baddbmm(bias.unsqueeze(1), features, weight.transpose(1, 2))
+
+    @torch.no_grad()
+    def write_back(self) -> None:
+        """Copy every model's trained weights and buffers into its own module (one foreach copy)."""
+        targets: list[nn.Module] = self.__dict__["targets"]
+        sources = [*self.params, *self._buffers_list()]
+        names = [*self.param_names, *self.buffer_names]
+        dst, src = [], []
+        for i, model in enumerate(targets):
+            state = dict(model.named_parameters())
+            state.update(dict(model.named_buffers()))
+            for name, stacked in zip(names, sources):
+                dst.append(state[name])
+                src.append(stacked[i])
+        torch._foreach_copy_(dst, src)
