@@ -3,7 +3,7 @@ PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-fast lint bench clean
+.PHONY: install demo test test-fast mutate lint bench clean
 
 install:  ## install lit-fl and its test tools (pulls torch with its CUDA build from PyPI)
 	$(PIP) install -e ".[dev]"
@@ -17,6 +17,9 @@ test:  ## the whole suite (a few end-to-end tests are marked slow; all run here)
 
 test-fast:  ## everything but the slow end-to-end tests
 	WANDB_MODE=offline WANDB_SILENT=true $(PYTHON) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+mutate:  ## break the science on purpose, one semantic mutation at a time (tests/mutation/mutations.yaml): every mutant must fail a fast test
+	$(PYTHON) tests/mutation/run.py $(MUTATIONS)
 
 lint:
 	$(PYTHON) -m ruff check lit_fl tests benchmarks

@@ -1,0 +1,53 @@
+"""``compare``'s results table on hand-made runs: rounds and MB to a target reached exactly, the sample std of
+every column over seeds, the final (last) against the best accuracy."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+
+import pytest
+
+from lit_fl.suite.compare.results import Comparison, Group, RunResult
+from lit_fl.suite.compare.table import TableRow, first_reach, table_rows
+
+
+def run(seed: int, accuracy: list[float], mb_per_round: float) -> RunResult:
+    """A run whose traffic grows by ``mb_per_round`` per round (so rounds and MB are not proportional across seeds)."""
+    rows = [{"round": float(r), "global_acc": a, "comm_mb": mb_per_round * r} for r, a in enumerate(accuracy, 1)]
+    return RunResult(name=f"s{seed}", path=Path(f"s{seed}"), params={}, seed=seed, rows=rows)
+
+
+def row_of(*runs: RunResult, target: float) -> TableRow:
+    comparison = Comparison("t", [Group("dfml", {}, list(runs))], paper=None, metric="global_acc", source=Path("."))
+    (row,) = table_rows(comparison, target)
+    return row
+
+
+def test_a_run_that_reaches_the_target_exactly_counts_at_that_round() -> None:
+    assert first_reach(run(0, [0.5, 0.8, 0.9], 3.0), "global_acc", 0.8) == (2.0, 6.0)
+    assert first_reach(run(0, [0.5, 0.79999, 0.9], 3.0), "global_acc", 0.8) == (3.0, 9.0)
+    assert all(math.isnan(v) for v in first_reach(run(0, [0.5, 0.7], 3.0), "global_acc", 0.8))
+
+
+def test_rounds_and_mb_to_target_are_mean_and_sample_std_over_seeds() -> None:
+    row = row_of(run(0, [0.6, 0.7, 0.8, 0.9], 2.0), run(1, [0.8, 0.85, 0.9, 0.7], 5.0),
+                 run(2, [0.5, 0.6, 0.9, 0.95], 1.0), target=0.8)
+    rounds, mb = [3.0, 1.0, 3.0], [6.0, 5.0, 3.0]
+    assert row.reached == 3
+    assert row.rounds_to_target.mean == pytest.approx(statistics.mean(rounds))
+    assert row.rounds_to_target.std == pytest.approx(statistics.stdev(rounds))  # 1.1547, not pstdev's 0.9428
+    assert row.mb_to_target.mean == pytest.approx(statistics.mean(mb))
+    assert row.mb_to_target.std == pytest.approx(statistics.stdev(mb))
+    # final = the last round (0.9, 0.7, 0.95), best = the maximum (0.9, 0.9, 0.95)
+    assert row.final.mean == pytest.approx((0.9 + 0.7 + 0.95) / 3)
+    assert row.final.std == pytest.approx(statistics.stdev([0.9, 0.7, 0.95]))
+    assert row.best.mean == pytest.approx((0.9 + 0.9 + 0.95) / 3)
+
+
+def test_seeds_that_never_reach_the_target_are_left_out_of_its_columns() -> None:
+    row = row_of(run(0, [0.6, 0.8], 2.0), run(1, [0.6, 0.7], 2.0), target=0.8)
+    assert row.reached == 1
+    assert row.rounds_to_target.mean == 2.0 and row.rounds_to_target.std == 0.0
+    assert row.mb_to_target.mean == 4.0
