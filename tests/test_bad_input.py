@@ -47,6 +47,7 @@ CASES = [
     ("devices", "DFML", ["--trainer.devices", "0"], ["trainer.devices"]),
     ("num_nodes", "DFML", ["--trainer.num_nodes", "0"], ["trainer.num_nodes"]),
     ("strategy", "DFML", ["--trainer.strategy", "fsdp"], ["trainer.strategy", "ddp"]),
+    ("fuse", "DFML", ["--trainer.fuse", "maybe"], ["trainer.fuse", "auto, on, off"]),
     ("name-parent", "DFML", ["--name", "../escape"], ["name", "path separators"]),
     ("name-slash", "DFML", ["--name", "a/b"], ["name"]),
     ("run-dir-is-a-file", "DFML", ["--run_dir", "{tmp}/a-file"], ["run_dir", "not a folder"]),
