@@ -14,7 +14,6 @@ from torch import Tensor
 from lit_fl.kernel_count import KernelCounter
 from lit_fl.losses import (
     cross_entropy,
-    kl_divergence,
     peer_losses,
     teacher_weight_matrix,
     teacher_weights,
