@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,18 @@ if str(TESTS_DIR) not in sys.path:  # for ``from wandb_records import read_run``
     sys.path.insert(0, str(TESTS_DIR))
 
 TINY_POOL = ["cnn_4_8", "cnn_8"]
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """Tiny models: one intra-op thread is fastest, and far faster on a busy shared CPU. A module opts in with
+    ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 TINY_OPTIONS = {"num_classes": 4, "input_shape": [1, 8, 8], "num_train": 400, "num_test": 100}
 
 

@@ -34,3 +34,8 @@ def snapshot(federation: Federation) -> list[dict[str, torch.Tensor]]:
 
 def same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
     return all(torch.equal(a[k], b[k]) for k in a)
+
+
+def full_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Parameters AND buffers (running_mean/var, num_batches_tracked), cloned."""
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}

@@ -42,13 +42,7 @@ TINY_ARGS = {
 }
 
 
-@pytest.fixture(autouse=True)
-def one_thread():  # noqa: ANN201
-    """Tiny models: one intra-op thread is fastest, and far faster on a busy shared CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread (conftest)
 
 
 def federation(server_fraction: float = 0.2) -> Any:

@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from federations import same_weights, snapshot, tiny_federation
+from federations import full_state, same_weights, snapshot, tiny_federation
 from torch import nn
 
 from lit_fl.algorithms import DFML, FedORION
@@ -32,18 +32,7 @@ def mlp(hidden: list[int], inputs: int = 2, classes: int = 3, dropout: float = 0
     return nn.Sequential(*layers)
 
 
-def full_state(model: nn.Module) -> dict[str, torch.Tensor]:
-    """Parameters AND buffers (running_mean/var, num_batches_tracked), cloned."""
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
-
-
-@pytest.fixture(autouse=True)
-def one_thread():  # noqa: ANN201
-    """These models are tiny: one intra-op thread is fastest, and far faster on a busy shared CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread (conftest)
 
 
 def cpu() -> StepRunner:

@@ -5,6 +5,7 @@ bit-identical; a fused run repeats itself bit for bit and resumes to the uninter
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,15 +25,12 @@ SHAPE, CLASSES, BATCH, STEPS = (3, 32, 32), 10, 8, 3
 
 
 @pytest.fixture(autouse=True)
-def one_thread():  # noqa: ANN201
+def native_convolutions(one_thread: None) -> Iterator[None]:
     """One thread, and PyTorch's own CPU convolutions on both sides: oneDNN's float32 training kernels drift
     from a float64 run by up to 1e-4 relative in 3 steps on these models, fused or not, which would hide what
     is compared here (fused phases use PyTorch's kernels on a CPU anyway, see ``native_cpu_convolutions``)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     with native_cpu_convolutions(torch.device("cpu")):
         yield
-    torch.set_num_threads(threads)
 
 
 def models_of(archs: list[str], seed: int = 0) -> list[nn.Module]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -38,13 +37,7 @@ ATOL = 1e-6
 State = dict[str, Tensor]
 
 
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    """Tiny models: one intra-op thread is fastest, and far faster on a busy shared CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread (conftest)
 
 
 @pytest.fixture(scope="module")

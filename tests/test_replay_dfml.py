@@ -25,12 +25,7 @@ POOL = ("cnn_4_8", "resnet18_2_2_4_4", "cnn_8")
 LR, MOMENTUM, WEIGHT_DECAY, BATCH = 0.05, 0.5, 1e-3, 48
 
 
-@pytest.fixture(autouse=True)
-def one_thread():  # noqa: ANN201
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread (conftest)
 
 
 # -- the paper's formulas, written out ----------------------------------------------------------------------

@@ -11,12 +11,12 @@ BatchNorm models whose running statistics differ from the noise's, so BatchNorm 
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import pytest
 import torch
 import torch.nn.functional as F
-from federations import tiny_federation
+from federations import full_state, tiny_federation
 from torch import Tensor, nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
@@ -29,22 +29,11 @@ from lit_fl.steps import MutualNoiseDistillation, NoiseBatches, NoiseDistillatio
 ATOL = 1e-6
 
 
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    """Tiny models: one intra-op thread is fastest on a busy shared CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread (conftest)
 
 
 def cpu() -> StepRunner:
     return StepRunner(accelerator="cpu")
-
-
-def full_state(model: nn.Module) -> dict[str, Tensor]:
-    """Parameters and buffers (running_mean/var, num_batches_tracked), cloned."""
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
 def assert_states_close(actual: nn.Module, expected: nn.Module) -> None:

@@ -21,12 +21,7 @@ from lit_fl.steps import StepRunner
 POOL = ("cnn_4_8", "resnet18_2_2_4_4")  # a GroupNorm CNN and a BatchNorm ResNet
 
 
-@pytest.fixture(autouse=True)
-def one_thread():  # noqa: ANN201
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread (conftest)
 
 
 def accuracy(model: nn.Module, x: Tensor, y: Tensor) -> float:
