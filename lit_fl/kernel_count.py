@@ -26,21 +26,32 @@ class KernelCounter(TorchDispatchMode):
 
     def __init__(self) -> None:
         super().__init__()
-        self.by_phase: Counter[str] = Counter()
-        self.by_op: Counter[str] = Counter()
+        #: ``(phase, operator) -> calls``; :attr:`by_phase`, :attr:`by_op` and :attr:`total` sum it
         self.by_phase_op: Counter[tuple[str, str]] = Counter()
         self.current = "rest"
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         if not func.is_view:
-            self.by_phase[self.current] += 1
-            self.by_op[str(func.overloadpacket)] += 1
             self.by_phase_op[self.current, str(func.overloadpacket)] += 1
         return func(*args, **(kwargs or {}))
 
     @property
+    def by_phase(self) -> Counter[str]:
+        out: Counter[str] = Counter()
+        for (phase, _), calls in self.by_phase_op.items():
+            out[phase] += calls
+        return out
+
+    @property
+    def by_op(self) -> Counter[str]:
+        out: Counter[str] = Counter()
+        for (_, op), calls in self.by_phase_op.items():
+            out[op] += calls
+        return out
+
+    @property
     def total(self) -> int:
-        return sum(self.by_phase.values())
+        return sum(self.by_phase_op.values())
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:

@@ -60,6 +60,7 @@ class PeerLearningStep(L.LightningModule):
         self.local: list[bool] | None = None
         self._all_reduce: Callable[[Tensor], Tensor] | None = None
         self._student_losses: list[Tensor] = []  # per batch, every trainable model's loss (0 where not local)
+        self._mine: Tensor | None = None  # the trainable models this process computes (their loss rows)
         #: inside :meth:`fused`: the fused groups of trainable same-architecture models
         self.fused_groups: nn.ModuleList | None = None
         self._fused_order: Tensor | None = None  # participant order of the fused logits' rows (None: identity)
@@ -94,6 +95,7 @@ class PeerLearningStep(L.LightningModule):
         """Compute only the models with ``local[n]``; the others' logits arrive through ``all_reduce`` (a sum
         over processes, each contributing its own models' logits and zeros elsewhere: exact)."""
         self.local, self._all_reduce, self._student_losses = list(local), all_reduce, []
+        self._mine = None
 
     @property
     def learns_here(self) -> bool:
@@ -111,16 +113,16 @@ class PeerLearningStep(L.LightningModule):
         dtype = reference.dtype if reference is not None else torch.float32
         logits = torch.stack([own[n] if n in own else shared[n].to(dtype) for n in range(len(self.models))])
         losses = self.peer_losses(logits, y)
-        mine = [n for n, (t, here) in enumerate(zip(self.trainable, self.local)) if t and here]
         kept = torch.zeros_like(losses, dtype=torch.float32)
-        if not mine:
-            self._student_losses.append(kept)
-            self.num_batches += 1
-            return losses.new_zeros(())
-        index = torch.tensor(mine, device=losses.device)
-        self._student_losses.append(kept.index_copy(0, index, losses.detach().float().index_select(0, index)))
         self.num_batches += 1
-        return losses.index_select(0, index).sum()
+        if not self.learns_here:
+            self._student_losses.append(kept)
+            return losses.new_zeros(())
+        if self._mine is None or self._mine.device != losses.device:  # once per phase
+            mine = [n for n, (t, here) in enumerate(zip(self.trainable, self.local)) if t and here]
+            self._mine = torch.tensor(mine, device=losses.device)
+        self._student_losses.append(kept.index_copy(0, self._mine, losses.detach().float().index_select(0, self._mine)))
+        return losses.index_select(0, self._mine).sum()
 
     def num_outputs(self, own: dict[int, Tensor]) -> int:
         """Classes of the logits (a local model's output width, else the length of the class proportions)."""
