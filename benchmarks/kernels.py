@@ -39,8 +39,11 @@ CONFIGS: dict[str, list[str]] = {
 PHASES = ("local training", "mutual learning", "evaluation", "rest")
 
 
+LOCAL_STEPS = ("LocalTraining", "BatchedLocalTraining", "AuxProximalTraining")
+
+
 def phase_of(step: Any) -> str:
-    return "local training" if type(step).__name__ in ("LocalTraining", "AuxProximalTraining") else "mutual learning"
+    return "local training" if type(step).__name__ in LOCAL_STEPS else "mutual learning"
 
 
 @contextmanager

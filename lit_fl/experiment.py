@@ -185,7 +185,7 @@ class Experiment:
             federation,
             self.algorithm,
             runner,
-            Evaluator(autocast=runner.autocast, placement=runner.placement),
+            Evaluator(autocast=runner.autocast, placement=runner.placement, fuse=runner.fuse),
             ledger,
             self.rounds,
             self.eval_every,
@@ -234,7 +234,7 @@ class Experiment:
         ckpt_path = run_path / "checkpoints" / "last.ckpt"
         if resume and ckpt_path.is_file():
             load_checkpoint(ckpt_path, federation, self.algorithm, ledger)
-        evaluator = Evaluator(autocast=runner.autocast, placement=runner.placement)
+        evaluator = Evaluator(autocast=runner.autocast, placement=runner.placement, fuse=runner.fuse)
         loop = RoundLoop(federation, self.algorithm, runner, evaluator, ledger, self.rounds, self.eval_every)
         outcome = loop.run()
         return {"status": "interrupted" if outcome.interrupted else "completed", "rank": runner.placement.rank}

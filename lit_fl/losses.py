@@ -100,6 +100,20 @@ def supervised_losses(logits: Tensor, target: Tensor, class_proportions: Tensor 
     return (normaliser - true_logit).mean(dim=1)
 
 
+def batched_supervised_losses(
+    logits: Tensor, target: Tensor, weight: Tensor, class_proportions: Tensor, loss: str
+) -> Tensor:
+    """``[G]``: each of G models' :func:`wsm_loss` (``loss="wsm"``, its own ``class_proportions[g]``) or
+    :func:`cross_entropy` on its OWN batch: ``logits`` ``[G, B, C]``, ``target`` ``[G, B]``, ``weight`` ``[G, B]``
+    the per-sample weights of :class:`~lit_fl.data.batches.StackedBatches` (``1/b_g`` on model g's ``b_g`` samples,
+    0 on padding), so entry g is model g's batch mean. Batched local training."""
+    with torch.autocast(device_type=logits.device.type, enabled=False):
+        z = logits.float()
+        z_norm = z + torch.log(class_proportions.float()).unsqueeze(1) if loss == "wsm" else z
+        per_sample = torch.logsumexp(z_norm, dim=2) - z.gather(2, target.unsqueeze(2)).squeeze(2)
+        return (per_sample * weight).sum(dim=1)
+
+
 def peer_losses(
     logits: Tensor,
     target: Tensor | None,

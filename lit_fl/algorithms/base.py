@@ -14,9 +14,12 @@ from lit_fl.lazy import eager_init_annotations
 from lit_fl.steps.optim import SGDConfig
 
 if TYPE_CHECKING:
-    import torch
+    from collections.abc import Iterable, Sequence
 
-    from lit_fl.data.batches import ClientBatches
+    import torch
+    from torch import Tensor
+
+    from lit_fl.data.batches import ClientBatches, PlannedBatch
     from lit_fl.federation.ledger import CommunicationLedger
     from lit_fl.federation.state import Client, Federation
     from lit_fl.steps.runner import StepRunner
@@ -43,6 +46,8 @@ class Algorithm(ABC):
 
     #: Whether clients keep a peak model (then global accuracy is reported on peak models).
     uses_peak_models: bool = False
+    #: FedProx's ``mu`` of the local phase (``mu/2 ||W - W_start||^2``); 0 = plain local training.
+    prox_mu: float = 0.0
     #: The default of ``models.same_init``: whether the method's paper starts every client of an architecture
     #: from the same initial weights (DFML Algorithm 2, Def-KT "all clients are initialized with the same model").
     paper_same_init: bool = True
@@ -107,12 +112,58 @@ class Algorithm(ABC):
             black=data.black,
         )
 
-    def local_training(self, client: Client, federation: Federation, runner: StepRunner, prox_mu: float = 0.0) -> float:
-        """``local_epochs`` of WSM/CE on the client's own train split; returns the mean loss."""
+    def local_training(self, client: Client, federation: Federation, runner: StepRunner) -> float:
+        """``local_epochs`` of WSM/CE (plus :attr:`prox_mu`'s term) on the client's own train split; returns the
+        mean loss."""
         if self.local_epochs == 0 or client.num_train == 0:
             return float("nan")
-        step = steps.LocalTraining(client.model, client.class_proportions, self.loss, self.optimizer, prox_mu)
-        runner.fit(step, self.batches(federation, client.train_idx, self.local_epochs))
+        return self._fit_local(client, self.batches(federation, client.train_idx, self.local_epochs), runner)
+
+    def local_phase(self, clients: Sequence[Client], federation: Federation, runner: StepRunner) -> list[float]:
+        """:meth:`local_training` of every client in order; returns their mean losses.
+
+        With ``trainer.fuse`` on, the clients of one architecture train as one batched phase
+        (:class:`~lit_fl.steps.BatchedLocalTraining`): each on its own batches, in the order it draws alone, every
+        model's update the same within float32 rounding. A method that overrides :meth:`local_training` keeps its
+        own per client."""
+        if not (runner.fuses_clients and type(self).local_training is Algorithm.local_training):
+            return runner.each(clients, lambda c: self.local_training(c, federation, runner))
+        from lit_fl.steps.batched_local_training import per_sample
+        from lit_fl.steps.fusion import fusion_groups
+
+        trains = [self.local_epochs > 0 and c.num_train > 0 for c in clients]
+        batches = {n: self.batches(federation, c.train_idx, self.local_epochs) for n, c in enumerate(clients)
+                   if trains[n]}
+        plans = {n: b.plan() for n, b in batches.items()}  # drawn in the clients' order, as one by one
+        models = [c.model for c in clients]
+        groups = fusion_groups(models, [t and per_sample(m) for t, m in zip(trains, models)])
+        losses = [float("nan")] * len(clients)
+        for group in groups:
+            for n, loss in zip(group, self._batched_local_training([clients[n] for n in group],
+                                                                   [batches[n] for n in group],
+                                                                   [plans[n] for n in group], runner)):
+                losses[n] = loss
+        grouped = {n for group in groups for n in group}
+        for n in sorted(set(batches) - grouped):
+            losses[n] = self._fit_local(clients[n], (batches[n].cut(p) for p in plans[n]), runner)
+        return losses
+
+    def _batched_local_training(
+        self, clients: list[Client], batches: list[ClientBatches], plans: list[list[PlannedBatch]], runner: StepRunner
+    ) -> list[float]:
+        from lit_fl.data.batches import StackedBatches
+
+        stacked = StackedBatches(batches, plans)
+        step = steps.BatchedLocalTraining([c.model for c in clients], [c.class_proportions for c in clients],
+                                          stacked.num_batches, self.loss, self.optimizer, self.prox_mu)
+        runner.fit(step, stacked)
+        for client in clients:
+            client.touch()
+        return step.mean_losses()
+
+    def _fit_local(self, client: Client, batches: Iterable[tuple[Tensor, Tensor]], runner: StepRunner) -> float:
+        step = steps.LocalTraining(client.model, client.class_proportions, self.loss, self.optimizer, self.prox_mu)
+        runner.fit(step, batches)
         client.touch()
         return float(step.loss_sum) / max(step.num_batches, 1)
 

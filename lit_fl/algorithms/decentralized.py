@@ -101,7 +101,7 @@ class DecentralizedAlgorithm(Algorithm):
         participants = self.select(round_, federation)
         aggregator = federation.clients[participants.aggregator]
         selected = [federation.clients[n] for n in participants.senders]
-        losses = runner.each([aggregator, *selected], lambda c: self.local_training(c, federation, runner))
+        losses = self.local_phase([aggregator, *selected], federation, runner)
         senders = self.send(federation, ledger, aggregator, selected)
         before = self.snapshot_for_returns(federation, senders)
         return Gathering(participants, aggregator, senders, nanmean(losses), before)

@@ -102,7 +102,7 @@ class PairwiseExchange(DecentralizedAlgorithm):
             federation.rng.algorithm,
         )
         senders = [federation.clients[s] for s, _ in pairs]
-        local_losses = runner.each(senders, lambda c: self.local_training(c, federation, runner))
+        local_losses = self.local_phase(senders, federation, runner)
         sender_of = {r: federation.clients[s] for s, r in pairs}
         arrived: set[int] = set()
 

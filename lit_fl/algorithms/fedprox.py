@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lit_fl.algorithms.fedavg import DecentralizedFedAvg
 from lit_fl.errors import ConfigError
-
-if TYPE_CHECKING:
-    from lit_fl.federation.state import Client, Federation
-    from lit_fl.steps.runner import StepRunner
 
 
 class DecentralizedFedProx(DecentralizedFedAvg):
@@ -27,9 +23,4 @@ class DecentralizedFedProx(DecentralizedFedAvg):
         if not mu >= 0:  # also rejects NaN
             raise ConfigError(f"algorithm.mu must be >= 0, got {mu}")
         self.mu = float(mu)
-
-    def local_training(
-        self, client: Client, federation: Federation, runner: StepRunner, prox_mu: float | None = None
-    ) -> float:
-        """FedAvg's local phase with ``prox_mu = mu`` (the anchor is taken when the phase starts)."""
-        return super().local_training(client, federation, runner, self.mu if prox_mu is None else prox_mu)
+        self.prox_mu = self.mu  # the local phase's proximal weight

@@ -1,8 +1,10 @@
-"""Batches of one client's samples, cut from the dataset tensors on the target device."""
+"""Batches of one client's samples, cut from the dataset tensors on the target device; and the batches of
+several clients side by side (:class:`StackedBatches`, batched local training)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -44,26 +46,90 @@ class ClientBatches:
         return per_epoch * self.epochs
 
     def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
-        device = self.x_all.device
+        for planned in self.plan():
+            yield self.cut(planned)
+
+    def plan(self) -> list[PlannedBatch]:
+        """Every batch of one iteration, as sample indices and augmentation seeds, drawn from ``generator``
+        exactly as iterating draws them (iterating is cutting the plan's batches in order)."""
+        plan = []
         for _ in range(self.epochs):
-            order = self.indices[torch.randperm(len(self.indices), generator=self.generator)].to(device)
+            order = self.indices[torch.randperm(len(self.indices), generator=self.generator)]
             for start in range(0, len(order), self.batch_size):
-                idx = order[start : start + self.batch_size]
-                x = self.x_all[idx]
+                seed = None
                 if self.augment == "crop_flip":
-                    x = self._augment(x)
-                yield x, self.y_all[idx]
+                    seed = int(torch.randint(0, 2**62, (1,), generator=self.generator))
+                plan.append(PlannedBatch(order[start : start + self.batch_size], seed))
+        return plan
+
+    def cut(self, planned: PlannedBatch) -> tuple[Tensor, Tensor]:
+        """The batch ``planned`` names: its samples on the data's device, augmented with its own seed."""
+        idx = planned.indices.to(self.x_all.device)
+        return self.augmented(self.x_all[idx], planned.seed), self.y_all[idx]
 
     def skip(self) -> None:
         """Advance ``generator`` exactly as one iteration would, without cutting a batch (a process that does not
         compute this client's phase keeps its streams in step with the one that does)."""
-        for _ in range(self.epochs):
-            torch.randperm(len(self.indices), generator=self.generator)
-            if self.augment == "crop_flip":
-                for _ in range(0, len(self.indices), self.batch_size):
-                    torch.randint(0, 2**62, (1,), generator=self.generator)
+        self.plan()
 
-    def _augment(self, x: Tensor) -> Tensor:
-        seed = int(torch.randint(0, 2**62, (1,), generator=self.generator))
+    def augmented(self, x: Tensor, seed: int | None) -> Tensor:
+        """``x`` with the random crop and flip drawn from ``seed`` (``x`` itself without augmentation)."""
+        if seed is None:
+            return x
         g = torch.Generator(device=x.device).manual_seed(seed)
         return random_crop_flip(x, padding=4, generator=g, fill=self.black)
+
+
+@dataclass(frozen=True)
+class PlannedBatch:
+    """One batch of a :class:`ClientBatches` iteration: its sample indices (CPU) and augmentation seed."""
+
+    indices: Tensor
+    seed: int | None = None
+
+
+class StackedBatches:
+    """G clients' batches side by side, step by step: step ``t`` gives every client its own ``t``-th batch.
+
+    Yields ``(x, y, weight)`` with ``x`` of shape ``[G, B, ...]``, ``y`` ``[G, B]`` and ``weight`` ``[G, B]``, where
+    ``weight[g, i] = 1 / b_g`` on the ``b_g`` samples of client g's batch and 0 on padding: a client whose batch
+    is short (its last one) or who has no batch left at step ``t`` (fewer samples than the others) is padded with
+    copies of one of its samples, so ``(per_sample_loss * weight).sum(1)`` is every client's batch mean and a
+    padded position contributes nothing. ``plans`` are :meth:`ClientBatches.plan` of each client, drawn in the
+    clients' order, so every client sees exactly the batches it sees when it trains alone.
+    """
+
+    def __init__(self, clients: Sequence[ClientBatches], plans: Sequence[list[PlannedBatch]]) -> None:
+        self.clients, self.plans = list(clients), list(plans)
+        self.x_all, self.y_all = self.clients[0].x_all, self.clients[0].y_all
+        steps = max(len(plan) for plan in self.plans)
+        width = max(len(p.indices) for plan in self.plans for p in plan)
+        index, weight = [], []  # built as lists: one tensor each, not one write per batch
+        for t in range(steps):
+            for plan in self.plans:
+                samples = plan[t].indices.tolist() if t < len(plan) else []
+                pad = plan[0].indices[:1].tolist() * (width - len(samples))
+                index.append(samples + pad)
+                weight.append([1.0 / len(samples)] * len(samples) + [0.0] * len(pad) if samples else [0.0] * width)
+        shape = (steps, len(self.plans), width)
+        device = self.x_all.device
+        self.index = torch.tensor(index, dtype=torch.long).view(shape).to(device)
+        self.weight = torch.tensor(weight).view(shape).to(device)
+
+    @property
+    def num_batches(self) -> list[int]:
+        """How many batches each client trains on."""
+        return [len(plan) for plan in self.plans]
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __iter__(self) -> Iterator[tuple[Tensor, Tensor, Tensor]]:
+        for t in range(len(self.index)):
+            idx = self.index[t]
+            x = self.x_all[idx]
+            for g, (client, plan) in enumerate(zip(self.clients, self.plans)):
+                if t < len(plan) and plan[t].seed is not None:  # each client's own crops, drawn for its b samples
+                    b = len(plan[t].indices)
+                    x[g, :b] = client.augmented(x[g, :b], plan[t].seed)
+            yield x, self.y_all[idx], self.weight[t]

@@ -61,8 +61,11 @@ class Evaluator:
         batch_size: int | None = None,
         autocast: Callable[[], AbstractContextManager] = nullcontext,
         placement: Placement | None = None,
+        fuse: bool = False,
     ) -> None:
         self.batch_size = batch_size
+        #: models of one architecture are evaluated as one fused module (``trainer.fuse``, one process)
+        self.fuse = fuse
         self.autocast = autocast
         self.placement = placement  # several processes: passes are split over ranks
         self.evaluated = 0  # forward passes over a distinct set of weights (for tests and logs)
@@ -157,8 +160,7 @@ class Evaluator:
 
     def _count(self, work: _Pass, fed: Federation) -> list[int]:
         """The pass's correct counts: the test set's (when asked), then each validation client's."""
-        data, model = fed.data, work.model
-        batch_size = self.batch_size or BATCH_SIZES.get(data.test_x.device.type, ACCELERATOR_BATCH_SIZE)
+        data, model, batch_size = fed.data, work.model, self._batch_size(fed)
         counts: list[int] = []
         was_training = model.training
         model.eval()
@@ -185,6 +187,8 @@ class Evaluator:
         parameters) and the correct counts are summed over ranks (integers: exact)."""
         placement = self.placement
         if placement is None or not placement.distributed:
+            if self.fuse:
+                passes = self._run_fused(passes, fed)
             for key, work in passes.items():
                 self._store(key, work, self._count(work, fed), fed)
             return
@@ -205,11 +209,46 @@ class Evaluator:
             self._store(key, work, [int(c) for c in counts[offset : offset + size]], fed)
             offset += size
 
+    def _run_fused(self, passes: dict[WeightsKey, _Pass], fed: Federation) -> dict[WeightsKey, _Pass]:
+        """Run the passes of same-architecture models fused (:mod:`~lit_fl.federation.fused_evaluation`), groups
+        of passes that both do or both skip the test set; returns the passes left to run one by one."""
+        from lit_fl.federation.fused_evaluation import fused_counts
+        from lit_fl.steps.fusion import fusion_groups
+
+        keys, works = list(passes), list(passes.values())
+        modes = [w.model.training for w in works]
+        for w in works:
+            w.model.eval()
+        try:
+            done: set[int] = set()
+            for test in (True, False):
+                chosen = [i for i, w in enumerate(works) if w.test == test]
+                for group in fusion_groups([works[i].model for i in chosen], [True] * len(chosen)):
+                    members = [chosen[i] for i in group]
+                    counts = fused_counts(
+                        [works[i].model for i in members],
+                        (fed.data.test_x, fed.data.test_y) if test else None,
+                        [[c.val_idx for c in works[i].val_clients] for i in members],
+                        (fed.data.train_x, fed.data.train_y),
+                        self._batch_size(fed),
+                        self.autocast,
+                    )
+                    for i, row in zip(members, counts):
+                        self._store(keys[i], works[i], row, fed)
+                    done.update(members)
+        finally:
+            for w, mode in zip(works, modes):
+                w.model.train(mode)
+        return {k: w for i, (k, w) in enumerate(passes.items()) if i not in done}
+
+    def _batch_size(self, fed: Federation) -> int:
+        return self.batch_size or BATCH_SIZES.get(fed.data.test_x.device.type, ACCELERATOR_BATCH_SIZE)
+
     def _server_accuracy(self, name: str, model: nn.Module, fed: Federation) -> float:
         version = fed.server_versions.get(name, 0)
         cached = self._server.get(name)
         if cached is None or cached[0] != version:
-            batch_size = self.batch_size or BATCH_SIZES.get(fed.data.test_x.device.type, ACCELERATOR_BATCH_SIZE)
+            batch_size = self._batch_size(fed)
             was_training = model.training
             model.eval()
             try:

@@ -14,6 +14,7 @@ from lit_fl.lazy import lazy_exports
 
 #: public name -> module that defines it
 _EXPORTS: dict[str, str] = {
+    "BatchedLocalTraining": "lit_fl.steps.batched_local_training",
     "DeepMutualLearning": "lit_fl.steps.deep_mutual_learning",
     "LocalTraining": "lit_fl.steps.local_training",
     "MutualLearning": "lit_fl.steps.mutual_learning",
@@ -30,6 +31,7 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = [
     "AuxProximalTraining",
+    "BatchedLocalTraining",
     "DeepMutualLearning",
     "LocalTraining",
     "MutualLearning",
@@ -46,6 +48,7 @@ __all__ = [
 if TYPE_CHECKING:
     from lit_fl.steps.aggregation import weighted_average
     from lit_fl.steps.aux_proximal_training import AuxProximalTraining
+    from lit_fl.steps.batched_local_training import BatchedLocalTraining
     from lit_fl.steps.deep_mutual_learning import DeepMutualLearning
     from lit_fl.steps.distillation import ServerCodistillation
     from lit_fl.steps.local_training import LocalTraining

@@ -1,6 +1,6 @@
 """Horizontal fusion: several models of one architecture that see the same batch run as ONE module.
 
-``FusedModels`` stacks the models' parameters and buffers (``torch.func.stack_module_state``). The CNN family of
+``FusedModels`` stacks the models' parameters and buffers (as ``torch.func.stack_module_state`` does). The CNN family of
 DFML Table 10 runs as one hand-fused network: the first convolution over the shared input with the G models' filters
 side by side, every later one a grouped convolution (``groups=G``), G ``GroupNorm(1, C)`` as one ``GroupNorm(G,
 G*C)``, the G linear heads as one batched matmul. Every other architecture runs with ``vmap(functional_call(...))``,
@@ -86,14 +86,14 @@ class FusedModels(nn.Module):
 
     def __init__(self, models: Sequence[nn.Module]) -> None:
         super().__init__()
-        from torch.func import stack_module_state
-
-        params, buffers = stack_module_state(list(models))
-        self.param_names = list(params)
-        self.buffer_names = list(buffers)
-        self.params = nn.ParameterList([nn.Parameter(params[k].detach()) for k in self.param_names])
-        for i, key in enumerate(self.buffer_names):
-            self.register_buffer(f"buffer_{i}", buffers[key].detach().clone(), persistent=False)
+        states = [(dict(m.named_parameters()), dict(m.named_buffers())) for m in models]
+        self.param_names = list(states[0][0])
+        self.buffer_names = list(states[0][1])
+        with torch.no_grad():  # copies (torch.func.stack_module_state, also for frozen models such as peaks)
+            self.params = nn.ParameterList(
+                [nn.Parameter(torch.stack([p[k] for p, _ in states])) for k in self.param_names])
+            for i, key in enumerate(self.buffer_names):
+                self.register_buffer(f"buffer_{i}", torch.stack([b[key] for _, b in states]), persistent=False)
         self.__dict__["targets"] = list(models)  # the clients' modules: not submodules of the step
         self.__dict__["template"] = copy.deepcopy(models[0]).to("meta")
         from lit_fl.models.cnn import CNN
@@ -104,9 +104,11 @@ class FusedModels(nn.Module):
     def _buffers_list(self) -> list[Tensor]:
         return [getattr(self, f"buffer_{i}") for i in range(len(self.buffer_names))]
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, per_model: bool = False) -> Tensor:
+        """The G models' logits ``[G, B, C]``: all on the same ``x`` ``[B, ...]``, or with ``per_model`` each on
+        its own batch, ``x`` of shape ``[G, B, ...]`` (batched local training, evaluation of validation splits)."""
         if self.cnn_layers:
-            return self._fused_cnn(x)
+            return self._fused_cnn(x, per_model)
         from torch.func import functional_call, vmap
 
         template: nn.Module = self.__dict__["template"]
@@ -117,39 +119,47 @@ class FusedModels(nn.Module):
 
         params = dict(zip(self.param_names, self.params))
         buffers = dict(zip(self.buffer_names, self._buffers_list()))
-        return vmap(one, in_dims=(0, 0, None), randomness="error")(params, buffers, x)
+        return vmap(one, in_dims=(0, 0, 0 if per_model else None), randomness="error")(params, buffers, x)
 
-    def _fused_cnn(self, x: Tensor) -> Tensor:
-        """G :class:`~lit_fl.models.cnn.CNN` of one architecture on the same ``x``: ``[G, B, classes]``."""
+    def _fused_cnn(self, x: Tensor, per_model: bool) -> Tensor:
+        """G :class:`~lit_fl.models.cnn.CNN` of one architecture: ``[G, B, classes]``. On a shared ``x`` the first
+        convolution runs the G models' filters side by side over it; on per-model inputs ``[G, B, C, H, W]`` the
+        G inputs are stacked along channels and every convolution is grouped."""
         import torch.nn.functional as F
 
         p = dict(zip(self.param_names, self.params))
         g = len(self.params[0])
         template = self.__dict__["template"]
-        h = x
+        if per_model:
+            batch = x.shape[1]
+            h = x.transpose(0, 1).reshape(batch, -1, *x.shape[3:])  # [B, G*C, H, W]: model i's channels i*C..
+        else:
+            batch, h = len(x), x
         for i in range(self.cnn_layers):
             conv, norm = template.features[4 * i], template.features[4 * i + 3]
             weight = p[f"features.{4 * i}.weight"]
             h = F.conv2d(h, weight.reshape(-1, *weight.shape[2:]), p[f"features.{4 * i}.bias"].reshape(-1),
-                         padding=conv.padding, groups=1 if i == 0 else g)
+                         padding=conv.padding, groups=1 if i == 0 and not per_model else g)
             h = F.max_pool2d(F.relu(h), 2, ceil_mode=True)
             h = F.group_norm(h, g, p[f"features.{4 * i + 3}.weight"].reshape(-1),
                              p[f"features.{4 * i + 3}.bias"].reshape(-1), norm.eps)
-        features = h.reshape(len(x), g, -1).transpose(0, 1)  # [G, B, C*H*W]: each model's flattened map
+        features = h.reshape(batch, g, -1).transpose(0, 1)  # [G, B, C*H*W]: each model's flattened map
         weight, bias = p["classifier.weight"], p["classifier.bias"]
         return torch.baddbmm(bias.unsqueeze(1), features, weight.transpose(1, 2))
 
     @torch.no_grad()
-    def write_back(self) -> None:
-        """Copy every model's trained weights and buffers into its own module (one foreach copy)."""
+    def write_back(self, rows: Sequence[int] | None = None) -> None:
+        """Copy the trained weights and buffers of every model (or of the models at ``rows``) into its own module
+        (one foreach copy)."""
         targets: list[nn.Module] = self.__dict__["targets"]
         sources = [*self.params, *self._buffers_list()]
         names = [*self.param_names, *self.buffer_names]
         dst, src = [], []
-        for i, model in enumerate(targets):
-            state = dict(model.named_parameters())
-            state.update(dict(model.named_buffers()))
+        for i in range(len(targets)) if rows is None else rows:
+            state = dict(targets[i].named_parameters())
+            state.update(dict(targets[i].named_buffers()))
             for name, stacked in zip(names, sources):
                 dst.append(state[name])
                 src.append(stacked[i])
-        torch._foreach_copy_(dst, src)
+        if dst:
+            torch._foreach_copy_(dst, src)

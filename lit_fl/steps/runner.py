@@ -75,6 +75,12 @@ class StepRunner:
         return self.fabric.device
 
     @property
+    def fuses_clients(self) -> bool:
+        """Whether client phases of one architecture run batched (``trainer.fuse`` on, one process: with several
+        processes each client's phase runs on its own rank)."""
+        return self.fuse and not self.placement.distributed
+
+    @property
     def is_global_zero(self) -> bool:
         """Whether this process writes the run directory, W&B and the progress bar."""
         return self.fabric.global_rank == 0

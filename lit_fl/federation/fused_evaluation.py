@@ -1,0 +1,63 @@
+"""Fused evaluation (``trainer.fuse``): the correct counts of G same-architecture models in one pass.
+
+The G models run as one :class:`~lit_fl.steps.fusion.FusedModels` in eval mode: over the test set every batch is
+shared; over the validation samples each model has its own (those of the clients that hold it), stacked
+``[G, L, ...]`` and padded to the longest with copies of one of the model's own samples. In eval mode every
+sample's prediction depends on that sample alone (BatchNorm uses its running statistics), so padding changes
+nothing and padded positions are dropped from the counts. The counts are those of evaluating each model alone,
+up to float32 rounding of the logits (a prediction can differ only where two classes' logits tie to 1e-6).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+
+import torch
+from torch import Tensor, nn
+
+from lit_fl.steps.fusion import FusedModels
+
+
+@torch.no_grad()
+def fused_counts(
+    models: Sequence[nn.Module],
+    test: tuple[Tensor, Tensor] | None,
+    val_indices: Sequence[Sequence[Tensor]],
+    train: tuple[Tensor, Tensor],
+    batch_size: int,
+    autocast: Callable[[], AbstractContextManager],
+) -> list[list[int]]:
+    """Per model: its correct count on ``test`` (when given), then on each of its validation index sets into
+    ``train`` (``val_indices[g]``: one set per client that holds model g). Models must be in eval mode."""
+    group = FusedModels(models).eval()
+    with torch.inference_mode(), autocast():
+        test_counts = _test_counts(group, *test, batch_size) if test is not None else None
+        val_correct = _val_correct(group, val_indices, *train, batch_size)
+    counts: list[list[int]] = []
+    for g, sets in enumerate(val_indices):
+        row = [] if test_counts is None else [test_counts[g]]
+        row += [int(s.sum()) for s in val_correct[g][: sum(len(i) for i in sets)].split([len(i) for i in sets])]
+        counts.append(row)
+    return counts
+
+
+def _test_counts(group: FusedModels, x: Tensor, y: Tensor, batch_size: int) -> list[int]:
+    correct = torch.zeros(len(group.params[0]), dtype=torch.int64, device=y.device)
+    for i in range(0, len(y), batch_size):
+        correct += (group(x[i : i + batch_size]).argmax(2) == y[i : i + batch_size]).sum(1)
+    return correct.tolist()
+
+
+def _val_correct(group: FusedModels, val_indices: Sequence[Sequence[Tensor]], x: Tensor, y: Tensor,
+                 batch_size: int) -> Tensor:
+    """``[G, L]`` bool on the CPU: whether model g is right on its i-th validation sample (padding after)."""
+    per_model = [torch.cat(list(sets)) if sets else torch.zeros(0, dtype=torch.long) for sets in val_indices]
+    longest = max(len(i) for i in per_model)
+    if longest == 0:
+        return torch.zeros(len(per_model), 0, dtype=torch.bool)
+    index = torch.stack([torch.cat([i, i[:1].expand(longest - len(i))]) if len(i) else torch.zeros(longest,
+                         dtype=torch.long) for i in per_model]).to(x.device)
+    parts = [group(x[index[:, s : s + batch_size]], per_model=True).argmax(2) == y[index[:, s : s + batch_size]]
+             for s in range(0, longest, batch_size)]
+    return torch.cat(parts, dim=1).cpu()
