@@ -166,7 +166,7 @@ def test_periodic_codist_distills_every_p_rounds_and_resets_fedadam(monkeypatch:
     assert after[2] == {"small": (0, False), "large": (0, False)}  # reset after distilling
     assert after[3] == {"small": (1, True), "large": (1, True)}
     assert after[4] == {"small": (0, False), "large": (0, False)}
-    assert set(fed.server) == {"small", "large"} and fed.server_versions["large"] > 0
+    assert set(fed.server) == {"small", "large"}
     assert all(("large" in c.extras) == (c.id in (1, 3)) for c in fed.clients)
 
 

@@ -68,18 +68,24 @@ def test_peak_and_regular_are_reported_separately() -> None:
     assert metrics["global_acc_regular"] != metrics["global_acc"]
 
 
-def test_vanilla_transfer_updates_and_returns_nothing_but_the_aggregator() -> None:
+def test_vanilla_transfer_updates_and_returns_nothing_but_the_aggregator(monkeypatch: pytest.MonkeyPatch) -> None:
     fed = tiny_federation(num_clients=4, pool=("cnn_4",))
     algo = DFML(mutual_epochs=1, sender_fraction=1.0, mutual=False)
     algo.setup(fed)
     ledger = CommunicationLedger()
-    versions = [c.version for c in fed.clients]
+    after_local: list[dict[str, torch.Tensor]] = []
+    mutual_learning = algo.mutual_learning
+
+    def spy(clients, *args):  # noqa: ANN001, ANN002, ANN202
+        after_local.extend(copy.deepcopy(c.model.state_dict()) for c in fed.clients)
+        return mutual_learning(clients, *args)
+
+    monkeypatch.setattr(algo, "mutual_learning", spy)
     result = algo.run_round(1, fed, StepRunner(accelerator="cpu"), ledger)
     assert ledger.round_returned_mb == 0.0 and ledger.round_sent_mb > 0.0
-    # everybody trained locally (+1); only the aggregator also learned at the aggregator (+1 more)
-    bumps = [c.version - v for c, v in zip(fed.clients, versions)]
-    assert bumps[result.aggregator] == 2
-    assert all(b == 1 for n, b in enumerate(bumps) if n != result.aggregator)
+    # everybody trained locally; only the aggregator also learned at the aggregator
+    for c, local in zip(fed.clients, after_local):
+        assert same_weights(c.model.state_dict(), local) == (c.id != result.aggregator)
 
 
 # -- evaluation per distinct weights equals evaluating every client on its own --------------------------------
@@ -137,17 +143,59 @@ def test_models_that_coincide_are_evaluated_once_with_the_same_numbers() -> None
     assert evaluator.evaluated == 2  # two architectures, two sets of weights
 
 
-def test_a_changed_model_is_seen_by_its_new_version() -> None:
+def test_a_changed_model_is_seen_without_being_marked() -> None:
     fed = tiny_federation(num_clients=2, pool=("cnn_4",))
     evaluator = Evaluator()
     before = evaluator.evaluate(fed)
     with torch.no_grad():
         for p in fed.clients[0].model.parameters():
             p.zero_()
-    fed.clients[0].touch()
     after = evaluator.evaluate(fed)
     assert after == reference_metrics(fed) and after != before
     assert evaluator.evaluated == 2
+
+
+class FiveWays(DecentralizedFedAvg):
+    """A user's method that changes weights in every way a method can, and marks nothing: ``set_weights``,
+    ``load_state_dict``, an in-place ``mul_``, a training step, a copy from another client, in turn."""
+
+    def run_round(self, round_, federation, runner, ledger):  # noqa: ANN001, ANN201
+        from lit_fl.algorithms.base import RoundResult
+
+        a, b = federation.clients[round_ % 2], federation.clients[2 + round_ % 2]
+        way = round_ % 5
+        if way == 0:
+            a.set_weights(b.model.state_dict())
+        elif way == 1:
+            a.model.load_state_dict(copy.deepcopy(b.model.state_dict()))
+        elif way == 2:
+            with torch.no_grad():
+                for p in a.model.parameters():
+                    p.mul_(0.5)
+        elif way == 3:
+            self.local_training(a, federation, runner)
+        else:
+            with torch.no_grad():
+                for p, q in zip(a.model.parameters(), b.model.parameters()):
+                    p.copy_(q)
+        if round_ == 1:  # and one client's peak is its regular model from now on
+            federation.clients[1].update_peak(0.5)
+        return RoundResult(train_loss=0.0)
+
+
+def test_every_way_of_changing_weights_is_seen_as_evaluating_from_scratch() -> None:
+    fed = tiny_federation(num_clients=4, pool=("cnn_4",))
+    algo, runner, evaluator = FiveWays(batch_size=16), StepRunner(accelerator="cpu"), Evaluator()
+    algo.setup(fed)
+    for c in fed.clients[:2]:  # distinct starting points: every change moves a model's accuracy
+        algo.local_training(c, fed, runner)
+    seen = []
+    for round_ in range(1, 11):  # every way twice
+        algo.run_round(round_, fed, runner, CommunicationLedger())
+        metrics = evaluator.evaluate(fed)
+        assert metrics == reference_metrics(fed), round_
+        seen.append(metrics["global_acc"])
+    assert len(set(seen)) > 3  # the accuracy really moved
 
 
 # -- fingerprints --------------------------------------------------------------------------------------------
@@ -205,7 +253,6 @@ def test_a_cluster_average_is_fingerprinted_once(monkeypatch: pytest.MonkeyPatch
     assert evaluator.evaluate(fed) == reference_metrics(fed)
     assert len(calls) == 1 and evaluator.evaluated == 1
     with torch.no_grad():
-        next(fed.clients[2].model.parameters()).add_(1.0)
-    fed.clients[2].touch()  # trained after receiving the average: its own weights again
+        next(fed.clients[2].model.parameters()).add_(1.0)  # its own weights again, seen without being marked
     evaluator.evaluate(fed)
     assert len(calls) == 2 and evaluator.evaluated == 2

@@ -157,14 +157,11 @@ class Algorithm(ABC):
         step = steps.BatchedLocalTraining([c.model for c in clients], [c.class_proportions for c in clients],
                                           stacked.num_batches, self.loss, self.optimizer, self.prox_mu)
         runner.fit(step, stacked)
-        for client in clients:
-            client.touch()
         return step.mean_losses()
 
     def _fit_local(self, client: Client, batches: Iterable[tuple[Tensor, Tensor]], runner: StepRunner) -> float:
         step = steps.LocalTraining(client.model, client.class_proportions, self.loss, self.optimizer, self.prox_mu)
         runner.fit(step, batches)
-        client.touch()
         return float(step.loss_sum) / max(step.num_batches, 1)
 
 

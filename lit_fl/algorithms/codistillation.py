@@ -184,19 +184,16 @@ class Codistillation(Algorithm):
         first = federation.clients[0].model
         if SMALL not in federation.server:  # the clients' common initialisation
             federation.server[SMALL] = copy.deepcopy(first)
-            federation.server_versions[SMALL] = 0
         if LARGE not in federation.server:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(federation.seed * 1_000 + 998)
                 large = create_model(self.large_arch, federation.data.input_shape, federation.num_classes)
             param = next(first.parameters())
             federation.server[LARGE] = large.to(param.device, memory_format=_memory_format(first))
-            federation.server_versions[LARGE] = 0
         for n in large_ids:
             client = federation.clients[n]
             if LARGE not in client.extras:
                 client.extras[LARGE] = copy.deepcopy(federation.server[LARGE])
-                client.extra_versions[LARGE] = 0
 
     # -- a round -----------------------------------------------------------------------------------------
 
@@ -251,7 +248,6 @@ class Codistillation(Algorithm):
             model = pool_model(client, pool)
             model.load_state_dict(start)
             losses.append(self.train(model, client, federation, runner))
-            touch(client, pool)
             if dropped[i]:  # it fails before uploading and keeps its local model
                 self.faults.dropped_senders += 1
                 continue
@@ -303,7 +299,6 @@ class Codistillation(Algorithm):
             for name, buffer in server.named_buffers():
                 if name in averages:
                     buffer.copy_(averages[name])
-        federation.touch_server(pool)
 
     def distill(self, federation: Federation, runner: StepRunner, round_: int) -> tuple[dict[str, nn.Module], float]:
         """Codistillation from the current server models: returns the trained students (copies; the server
@@ -393,7 +388,6 @@ class PeriodicCodist(Codistillation):
         students, loss = self.distill(federation, runner, round_)
         for pool in POOLS:
             federation.server[pool].load_state_dict(students[pool].state_dict())
-            federation.touch_server(pool)
             if self.reset_moments:
                 self.optimizers[pool].reset()
         return {"distilled": 1.0, "distill_loss": loss}
@@ -478,13 +472,6 @@ def resolve_large_clients(spec: float | Sequence[int], num_clients: int, seed: i
 
 def pool_model(client: Client, pool: str) -> nn.Module:
     return client.model if pool == SMALL else client.extras[LARGE]
-
-
-def touch(client: Client, pool: str) -> None:
-    if pool == SMALL:
-        client.touch()
-    else:
-        client.touch_extra(LARGE)
 
 
 def _flip_and_mixup(batches: Iterator[tuple[Tensor, Tensor]], seed: int) -> Iterator[tuple[Tensor, Tensor]]:

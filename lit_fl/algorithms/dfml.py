@@ -142,9 +142,6 @@ class DFML(DecentralizedAlgorithm):
         )
         batches = self.batches(federation, aggregator.train_idx, self.mutual_epochs)
         runner.fit(step, batches, owners=[c.id for c in clients])
-        for i, client in enumerate(clients):
-            if step.trainable[i]:
-                client.touch()
         return float(step.loss_sum) / max(step.num_batches, 1)
 
     def noise_distillation(self, clients: list, federation: Federation, runner: StepRunner) -> float:
@@ -172,8 +169,5 @@ class DFML(DecentralizedAlgorithm):
             channels_last=x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last),
         )
         runner.fit(step, noise)
-        for i, client in enumerate(clients):
-            if step.trainable[i]:
-                client.touch()
         return float(step.loss_sum) / max(step.num_batches, 1)
 

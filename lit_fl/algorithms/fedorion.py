@@ -190,7 +190,6 @@ class FedORION(Algorithm):
                 )
         if GLOBAL not in federation.server:
             federation.server[GLOBAL] = self._initial_global_model(federation, arch)
-            federation.server_versions.setdefault(GLOBAL, 0)
 
     def _initial_global_model(self, federation: Federation, arch: str) -> nn.Module:
         """The clients' initialisation of ``arch`` when a client has it (the builder initialises every
@@ -252,8 +251,6 @@ class FedORION(Algorithm):
         kd_loss = float("nan")
         if teachers and self.server_epochs > 0:
             kd_loss = self.distill(server, teachers, federation, runner)
-        if teachers:
-            federation.touch_server(GLOBAL)
         return RoundResult(
             senders=tuple(selected),
             train_loss=nanmean(losses),
@@ -276,7 +273,6 @@ class FedORION(Algorithm):
             model_optimizers=[None, self.global_optimizer],  # theta_i at eta_i, theta_gi at eta_g
         )
         runner.fit(step, self.batches(federation, client.train_idx, self.local_epochs))
-        client.touch()
         return float(step.loss_sum) / max(step.num_batches, 1)
 
     def _local_only(self, client: Client, federation: Federation, runner: StepRunner) -> float:
@@ -285,7 +281,6 @@ class FedORION(Algorithm):
             return float("nan")
         step = steps.LocalTraining(client.model, client.class_proportions, self.loss, self.optimizer)
         runner.fit(step, self.batches(federation, client.train_idx, self.local_epochs))
-        client.touch()
         return float(step.loss_sum) / max(step.num_batches, 1)
 
     def distill(self, server: nn.Module, teachers: list[Client], federation: Federation, runner: StepRunner) -> float:

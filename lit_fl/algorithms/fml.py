@@ -74,7 +74,6 @@ class DecentralizedFML(DecentralizedAlgorithm):
         for client in federation.clients:
             if MEME not in client.extras:
                 client.extras[MEME] = copy.deepcopy(meme)
-                client.extra_versions[MEME] = 0
 
     def run_round(
         self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger
@@ -112,8 +111,6 @@ class DecentralizedFML(DecentralizedAlgorithm):
             loss_weights=[(self.fml_alpha, 1.0 - self.fml_alpha), (self.fml_beta, 1.0 - self.fml_beta)],
         )
         runner.fit(step, self.batches(federation, client.train_idx, self.mutual_epochs))
-        client.touch()
-        client.touch_extra(MEME)
         return float(step.loss_sum) / max(step.num_batches, 1)
 
     def state_dict(self) -> dict[str, Any]:
@@ -126,7 +123,6 @@ class DecentralizedFML(DecentralizedAlgorithm):
 
 def set_meme(client: Client, state: dict[str, torch.Tensor]) -> None:
     client.extras[MEME].load_state_dict(state)
-    client.touch_extra(MEME)
 
 
 def median_architecture(federation: Federation) -> str:

@@ -91,7 +91,6 @@ class Local(Algorithm):
         if self.local_epochs == 0 or client.num_train == 0:
             return math.nan
         runner.fit(step, self.batches(federation, client.train_idx, self.local_epochs))
-        client.touch()
         return float(step.loss_sum) / max(step.num_batches, 1)
 
     def round_result(

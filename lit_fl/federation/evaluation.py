@@ -9,9 +9,11 @@
 Both the reported model (the peak model where a client has one) and the regular model are evaluated.
 
 The work is proportional to the distinct weights, not to the clients. Every model a client holds is named by
-its :func:`~lit_fl.federation.fingerprint.fingerprint`, recomputed only when the model's version counter moved
-and once for all clients that loaded one state dict (:class:`~lit_fl.federation.state.WeightsToken`). So all
-members of a FedAvg cluster, a peak equal to its regular model and an unchanged model share one entry.
+its :func:`~lit_fl.federation.fingerprint.fingerprint`, recomputed only when the model's
+:func:`~lit_fl.federation.fingerprint.stamp` moved (PyTorch's own version counters of its tensors: any in-place
+change, whoever made it; no method marks anything) and once for all clients that loaded one state dict
+(:class:`~lit_fl.federation.state.WeightsToken`). So all members of a FedAvg cluster, a peak equal to its regular
+model and an unchanged model share one entry.
 
 A set of weights not seen before runs one pass, under ``torch.inference_mode`` in eval mode, over the test set
 followed by the validation samples of every client that holds it, in batches of ``batch_size``; its accuracies
@@ -30,7 +32,7 @@ from weakref import WeakKeyDictionary
 import torch
 from torch import Tensor, nn
 
-from lit_fl.federation.fingerprint import Fingerprint, fingerprint
+from lit_fl.federation.fingerprint import Fingerprint, Stamp, fingerprint, stamp
 from lit_fl.federation.placement import Placement
 from lit_fl.federation.state import Client, Federation, WeightsToken
 
@@ -69,39 +71,39 @@ class Evaluator:
         self.autocast = autocast
         self.placement = placement  # several processes: passes are split over ranks
         self.evaluated = 0  # forward passes over a distinct set of weights (for tests and logs)
-        self._keys: dict[int, dict[str, tuple[int, WeightsKey]]] = {}  # client -> slot -> (version, key)
+        self._keys: dict[int, dict[str, tuple[Stamp, WeightsKey]]] = {}  # client -> slot -> (stamp, key)
         self._test: dict[WeightsKey, float] = {}
         self._val: dict[int, dict[WeightsKey, float]] = {}  # client -> key -> validation accuracy
         self._holders: Counter[WeightsKey] = Counter()  # slots holding each key (test entries die at 0)
-        self._server: dict[str, tuple[int, float]] = {}
+        self._server: dict[str, tuple[Stamp, float]] = {}
         self._token_fingerprints: WeakKeyDictionary[WeightsToken, Fingerprint] = WeakKeyDictionary()
 
     # -- identity ---------------------------------------------------------------------------------------
 
-    def _slots(self, client: Client) -> Iterator[tuple[str, str, nn.Module, int]]:
-        """``(slot, family, model, version)`` of every model the client holds."""
-        yield "regular", client.arch, client.regular_model, client.version
+    def _slots(self, client: Client) -> Iterator[tuple[str, str, nn.Module]]:
+        """``(slot, family, model)`` of every model the client holds."""
+        yield "regular", client.arch, client.regular_model
         peak = client.peak
         if peak is not None and not client.peak_shared:
-            yield "peak", client.arch, peak, client.peak_version
+            yield "peak", client.arch, peak
         for name, model in client.extras.items():
-            yield f"extra/{name}", f"{name}:{type(model).__qualname__}", model, client.extra_versions.get(name, 0)
+            yield f"extra/{name}", f"{name}:{type(model).__qualname__}", model
 
     def keys(self, client: Client) -> dict[str, WeightsKey]:
         """The current weights key of each of the client's models: ``regular``, ``peak``, ``extra/<name>``.
 
-        A slot is fingerprinted only when its version moved since the last call; entries nobody holds any
+        A slot is fingerprinted only when its stamp moved since the last call; entries nobody holds any
         more are dropped, so the caches stay as large as the federation's distinct weights."""
         known = self._keys.setdefault(client.id, {})
         keys: dict[str, WeightsKey] = {}
         released: list[WeightsKey] = []  # released after the new keys are held: a peak may keep an old key
-        for slot, family, model, version in self._slots(client):
-            entry = known.get(slot)
-            if entry is None or entry[0] != version:
+        for slot, family, model in self._slots(client):
+            entry, now = known.get(slot), stamp(model)
+            if entry is None or entry[0] != now:
                 if entry is not None:
                     released.append(entry[1])
                 token = client.shared_weights() if slot == "regular" else None
-                entry = known[slot] = (version, (family, self._fingerprint(model, token)))
+                entry = known[slot] = (now, (family, self._fingerprint(model, token)))
                 self._holders[entry[1]] += 1
             keys[slot] = entry[1]
         for slot in [s for s in known if s not in keys]:  # e.g. a peak that shares its regular model again
@@ -245,15 +247,15 @@ class Evaluator:
         return self.batch_size or BATCH_SIZES.get(fed.data.test_x.device.type, ACCELERATOR_BATCH_SIZE)
 
     def _server_accuracy(self, name: str, model: nn.Module, fed: Federation) -> float:
-        version = fed.server_versions.get(name, 0)
+        now = stamp(model)
         cached = self._server.get(name)
-        if cached is None or cached[0] != version:
+        if cached is None or cached[0] != now:
             batch_size = self._batch_size(fed)
             was_training = model.training
             model.eval()
             try:
                 correct = self._correct(model, fed.data.test_x, fed.data.test_y, batch_size)
-                cached = (version, _accuracy(int(correct.sum()), len(correct)))
+                cached = (now, _accuracy(int(correct.sum()), len(correct)))
             finally:
                 model.train(was_training)
             self._server[name] = cached

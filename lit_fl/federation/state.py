@@ -14,13 +14,15 @@ from torch import Tensor, nn
 
 from lit_fl.data.dataset import ImageDataset
 from lit_fl.federation.faults import FaultsConfig
+from lit_fl.federation.fingerprint import Stamp, stamp
 from lit_fl.federation.topology import Topology, mesh
 from lit_fl.models import num_parameters
 
 
 class WeightsToken:
-    """Names one state dict handed to several clients (a cluster's average). Clients that loaded it and have not
-    changed since hold the same weights: the evaluator fingerprints them once, not once per client."""
+    """Names one state dict handed to several clients (a cluster's average). Clients that loaded it and whose
+    weights have not changed since (same :func:`~lit_fl.federation.fingerprint.stamp`) hold the same weights: the
+    evaluator fingerprints them once, not once per client."""
 
     __slots__ = ("__weakref__",)
 
@@ -28,9 +30,9 @@ class WeightsToken:
 class Client:
     """One client: its regular model, optional frozen peak model and local weight ``alpha_n``.
 
-    ``extras`` holds further models of a method (e.g. FML's ``meme``), evaluated as ``global_acc_<name>``;
-    bump ``extra_versions[name]`` when one changes. ``version``/``peak_version`` count changes of the two
-    models; ``peak_source`` is the regular ``version`` the peak was copied from.
+    ``extras`` holds further models of a method (e.g. FML's ``meme``), evaluated as ``global_acc_<name>``.
+    Nothing needs to be marked when a model changes: the evaluator notices every change by itself
+    (:func:`~lit_fl.federation.fingerprint.stamp`).
 
     **Copy on write.** ``peak_n = W_n`` does not copy: the peak shares the regular model's storage until the
     regular model is about to change, so a client that does not take part in a round costs one model, not two.
@@ -49,11 +51,7 @@ class Client:
         class_proportions: Tensor,
         peak: nn.Module | None = None,
         alpha_peak: float = 0.0,
-        version: int = 0,
-        peak_version: int = 0,
-        peak_source: int = -1,
         extras: dict[str, nn.Module] | None = None,
-        extra_versions: dict[str, int] | None = None,
     ) -> None:
         self.id, self.arch = id, arch
         self._model = model
@@ -61,15 +59,13 @@ class Client:
         self._peak = peak  # the peak's own storage; None while it shares the regular model's
         self._peak_shared = False
         self.alpha_peak = alpha_peak
-        self.version, self.peak_version, self.peak_source = version, peak_version, peak_source
         self.extras: dict[str, nn.Module] = extras if extras is not None else {}
-        self.extra_versions: dict[str, int] = extra_versions if extra_versions is not None else {}
         self.num_params = num_parameters(model)
-        #: ``(token, version)`` when the regular weights were last set from a shared state dict
-        self.weights_token: tuple[WeightsToken, int] | None = None
+        #: ``(token, stamp)`` when the regular weights were last set from a shared state dict
+        self.weights_token: tuple[WeightsToken, Stamp] | None = None
 
     def __repr__(self) -> str:
-        return f"Client(id={self.id}, arch={self.arch!r}, version={self.version}, num_train={self.num_train})"
+        return f"Client(id={self.id}, arch={self.arch!r}, num_train={self.num_train})"
 
     @property
     def num_train(self) -> int:
@@ -100,31 +96,21 @@ class Client:
         return self._peak_shared
 
     def set_weights(self, state: dict[str, Tensor], token: WeightsToken | None = None) -> None:
-        """Replace the regular model's weights (a received model) and mark it changed. ``token`` names ``state``
-        when several clients receive it (see :class:`WeightsToken`)."""
-        self.model.load_state_dict(state)
-        self.version += 1
-        self.weights_token = (token, self.version) if token is not None else None
+        """Replace the regular model's weights (a received model). ``token`` names ``state`` when several clients
+        receive it (see :class:`WeightsToken`)."""
+        model = self.model
+        model.load_state_dict(state)
+        self.weights_token = (token, stamp(model)) if token is not None else None
 
     def shared_weights(self) -> WeightsToken | None:
         """The token of the state dict the regular weights were set from, if they have not changed since."""
         token = self.weights_token
-        return token[0] if token is not None and token[1] == self.version else None
-
-    def touch(self) -> None:
-        """Mark the regular model changed after in-place training."""
-        self.version += 1
+        return token[0] if token is not None and token[1] == stamp(self._model) else None
 
     def update_peak(self, alpha: float) -> None:
         """``peak_n = W_n`` and ``alpha_n = alpha`` (DFML Algorithm 1, last lines); shares storage (no copy)."""
         self._peak, self._peak_shared = None, True
         self.alpha_peak = alpha
-        self.peak_version += 1
-        self.peak_source = self.version
-
-    def touch_extra(self, name: str) -> None:
-        """Mark the extra model ``name`` changed."""
-        self.extra_versions[name] = self.extra_versions.get(name, 0) + 1
 
     def reported_model(self) -> nn.Module:
         """The model whose accuracy is reported: the peak model when there is one (DFML sec. 4.1)."""
@@ -132,17 +118,13 @@ class Client:
         return peak if peak is not None else self._model
 
     def state_dict(self) -> dict[str, Any]:
-        """Weights and counters; a peak that shares the regular model's storage is stored once."""
+        """Weights and ``alpha_n``; a peak that shares the regular model's storage is stored once."""
         return {
             "model": self._model.state_dict(),
             "peak": None if self._peak_shared or self._peak is None else self._peak.state_dict(),
             "peak_shared": self._peak_shared,
             "alpha_peak": self.alpha_peak,
-            "version": self.version,
-            "peak_version": self.peak_version,
-            "peak_source": self.peak_source,
             "extras": {name: m.state_dict() for name, m in self.extras.items()},
-            "extra_versions": dict(self.extra_versions),
         }
 
     def load_state_dict(self, saved: dict[str, Any]) -> None:
@@ -157,12 +139,8 @@ class Client:
         else:
             self._peak, self._peak_shared = None, False
         self.alpha_peak = float(saved["alpha_peak"])
-        self.version = int(saved["version"])
-        self.peak_version = int(saved["peak_version"])
-        self.peak_source = int(saved["peak_source"])
-        for name, extra_state in saved["extras"].items():
+        for name, extra_state in saved["extras"].items():  # older checkpoints' version counters are not read
             self.extras[name].load_state_dict(extra_state)
-        self.extra_versions = dict(saved["extra_versions"])
 
 
 class RandomStreams:
@@ -215,15 +193,10 @@ class Federation:
         self.round = 0
         self.rng = RandomStreams(seed)
         #: Models of a server role (FedORION's global model, codistillation's pools), by name; evaluated
-        #: as ``server_acc/<name>``. Bump ``server_versions[name]`` when one changes.
+        #: as ``server_acc/<name>``.
         self.server: dict[str, nn.Module] = {}
-        self.server_versions: dict[str, int] = {}
         #: Train indices held out from every client (``data.server_fraction``): unlabeled server data.
         self.server_idx: Tensor = torch.empty(0, dtype=torch.long)
-
-    def touch_server(self, name: str) -> None:
-        """Mark the server model ``name`` changed."""
-        self.server_versions[name] = self.server_versions.get(name, 0) + 1
 
     @property
     def num_clients(self) -> int:
@@ -242,7 +215,6 @@ class Federation:
             "round": self.round,
             "rng": self.rng.state_dict(),
             "server": {name: m.state_dict() for name, m in self.server.items()},
-            "server_versions": dict(self.server_versions),
             "clients": [c.state_dict() for c in self.clients],
         }
 
@@ -253,6 +225,5 @@ class Federation:
         self.rng.load_state_dict(state["rng"])
         for name, server_state in state["server"].items():
             self.server[name].load_state_dict(server_state)
-        self.server_versions = dict(state["server_versions"])
         for client, saved in zip(self.clients, state["clients"]):
             client.load_state_dict(saved)
