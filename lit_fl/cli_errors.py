@@ -11,6 +11,7 @@ _TYPE = re.compile(r"Expected a <class '(\w+)'>\. Got value: (.*)")
 _GROUP_UNKNOWN = re.compile(r"Group '([\w.]+)' does not accept option '([\w.]+)'")
 _UNKNOWN = re.compile(r"(?:unrecognized arguments: --|does not accept option ')([\w.]+)")
 _CLASS_PATH = re.compile(r"Problem with given class_path '([\w.]+)'")
+_DOT_PATH = re.compile(r"Expected a dot import path string: (\S+)")
 _NOT_ACCEPTED = re.compile(r"Option '([\w.]+)' is not accepted")
 _UNION = re.compile(r"Subtypes: \[(.*?)\].*?Given value: (.*)", re.S)
 _OURS = re.compile(r"((?:--)?[a-z_]+(?:\.[a-z_]+)*(?::| must\b| was\b| has\b| is\b).*)")
@@ -44,7 +45,9 @@ def one_line(err: BaseException, known_keys: Iterable[str] = (), algorithms: Ite
     if m := _TYPE.search(text):
         return f"{key}: expected {m.group(1)}, got {m.group(2).strip()!r}"
     if m := _CLASS_PATH.search(text):
-        return f"{keys[0] if keys else 'algorithm'}: unknown class {m.group(1)!r}; allowed: {', '.join(algorithms)}"
+        return _class_path_problem(keys[0] if keys else "algorithm", m.group(1), algorithms)
+    if m := _DOT_PATH.search(text):
+        return _class_path_problem(keys[0] if keys else "algorithm", m.group(1), algorithms)
     if "is abstract" in text:
         return f"{key or 'algorithm'}: missing class_path; allowed: {', '.join(algorithms)}"
     if "\n" not in text.strip():
@@ -55,6 +58,16 @@ def one_line(err: BaseException, known_keys: Iterable[str] = (), algorithms: Ite
         if (m := _OURS.search(line)) and "Parser key" not in line:
             return m.group(1)
     return " ".join(lines)
+
+
+def _class_path_problem(key: str, class_path: str, algorithms: Iterable[str]) -> str:
+    """A dotted path whose module cannot be imported gets the real cause; a bare unknown name the built-ins."""
+    from lit_fl.user_code import import_problem
+
+    module, _, name = class_path.rpartition(".")
+    if module and (problem := import_problem(module, name)) is not None:
+        return f"{key}.class_path: cannot load {class_path!r}: {problem}"
+    return f"{key}: unknown class {class_path!r}; allowed: {', '.join(algorithms)} (or module.ClassName of your own)"
 
 
 def _unknown_key(key: str, known: list[str]) -> str:

@@ -16,7 +16,8 @@ class DataConfig:
     """Dataset and partition.
 
     Args:
-        dataset: a registered dataset (mnist5k, digits, synthetic, cifar10, cifar100, fmnist, mnist, svhn).
+        dataset: a registered dataset (mnist5k, digits, synthetic, cifar10, cifar100, fmnist, mnist, svhn), or
+            ``module:loader`` of your own: ``loader(root, download, seed, **options) -> ImageDataset``.
         root: where torchvision datasets live (ignored by the bundled ones).
         download: let torchvision download a missing dataset into ``root`` (needs internet).
         num_clients: N.
@@ -48,9 +49,13 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         from lit_fl.data.registry import list_datasets
+        from lit_fl.user_code import is_user_spec, load_object
 
-        if self.dataset not in list_datasets():
-            raise ConfigError(f"data.dataset: unknown dataset {self.dataset!r}; allowed: {', '.join(list_datasets())}")
+        if is_user_spec(self.dataset):
+            load_object(self.dataset, "data.dataset")  # one line naming the real cause if it cannot be loaded
+        elif self.dataset not in list_datasets():
+            raise ConfigError(f"data.dataset: unknown dataset {self.dataset!r}; allowed: {', '.join(list_datasets())}"
+                              " (or module:loader of your own)")
         if self.num_clients < 1:
             raise ConfigError(f"data.num_clients must be >= 1, got {self.num_clients}")
         if self.partition not in PARTITIONS:
@@ -88,10 +93,14 @@ class ModelsConfig:
     def __post_init__(self) -> None:
         from lit_fl.models import is_known, resolve_pool
         from lit_fl.models.registry import allowed_names
+        from lit_fl.user_code import is_user_spec, load_object
 
         for arch in resolve_pool(self.pool):
-            if not is_known(arch):
-                raise ConfigError(f"models.pool: unknown architecture {arch!r}; allowed: {', '.join(allowed_names())}")
+            if is_user_spec(arch):
+                load_object(arch, "models.pool")  # one line naming the real cause if it cannot be loaded
+            elif not is_known(arch):
+                raise ConfigError(f"models.pool: unknown architecture {arch!r}; allowed: {', '.join(allowed_names())}"
+                                  " (or module:factory of your own)")
 
 
 @dataclass

@@ -69,12 +69,20 @@ def main(argv: Sequence[str]) -> int:
     """``lit-fl fit ARGV``. Exit status: 0 completed, 75 interrupted (Ctrl-C, SIGTERM, SIGUSR1: resume it), 1 failed
     (a crash: the traceback is printed, summary.json says failed, the last checkpoint stays), 2 bad input (one
     line, nothing written), 130 aborted (a second Ctrl-C)."""
+    from lit_fl.user_code import failed_user_import, working_directory_importable
+
+    working_directory_importable()  # a user's algorithm.class_path: gossip.Gossip, as with python -m
     parser = fit_parser()
     try:
         cfg = parser.parse_args(resolve_config_files(argv))
         experiment, resolved, resume = prepare(cfg, parser)
     except (ArgumentError, ValueError, TypeError, DatasetNotFoundError) as err:  # the config, by construction
         return _bad_input(err)
+    except Exception as err:  # a user's module named by algorithm.class_path raised while being imported
+        if (cause := failed_user_import(err)) is None:
+            raise
+        print(f"lit-fl: error: algorithm.class_path: cannot load it: {cause}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     try:
         summary = experiment.fit(resolved, resume=resume)
     except (ConfigError, DatasetNotFoundError) as err:  # refused while building, before anything was written

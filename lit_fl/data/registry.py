@@ -53,6 +53,10 @@ def load_dataset(
     name: str, root: str | Path = "data", download: bool = False, seed: int = 0, **options: object
 ) -> ImageDataset:
     """Build the dataset ``name``; ``options`` go to its loader (e.g. ``num_classes`` for ``synthetic``)."""
+    from lit_fl.user_code import is_user_spec, load_object
+
+    if is_user_spec(name) and name not in _DATASETS:  # module:loader of the user's own
+        return load_object(name, "data.dataset")(root=Path(root), download=download, seed=seed, **options)
     if name not in _DATASETS and name in BUILTIN:
         importlib.import_module(BUILTIN[name])  # registers the loader
     if name not in _DATASETS:

@@ -2,10 +2,11 @@
 
 Names: ``cnn_32_64`` (any channel list after ``cnn_``), ``resnet18`` and ``resnet18_<c1>_<c2>_<c3>_<c4>``,
 ``vit_<dim>_<mlp_dim>``, ``efficientnet_b0`` .. ``efficientnet_b4``, ``timm:<name>`` (any timm model), plus
-whatever later modules register with :func:`register_model`. :func:`create_model` builds an architecture for an
-input shape and class count. Each family's module (and torch, vit-pytorch, efficientnet-pytorch, timm behind it)
-is imported inside its factory, on first use: checking a name (:func:`is_known`) never imports torch, so a config
-error answers before a run starts.
+whatever later modules register with :func:`register_model`, and ``module:factory`` of a user's own
+(``factory(input_shape, num_classes) -> nn.Module``, imported from the working directory or an installed
+package). :func:`create_model` builds an architecture for an input shape and class count. Each family's module
+(and torch, vit-pytorch, efficientnet-pytorch, timm behind it) is imported inside its factory, on first use:
+checking a name (:func:`is_known`) never imports torch, so a config error answers before a run starts.
 """
 
 from __future__ import annotations
@@ -55,6 +56,10 @@ def create_model(arch: str, input_shape: tuple[int, int, int], num_classes: int)
     for pattern, _, factory in _PATTERNS:
         if pattern.fullmatch(arch):
             return factory(arch, input_shape, num_classes)
+    from lit_fl.user_code import is_user_spec, load_object
+
+    if is_user_spec(arch):  # module:factory of the user's own, factory(input_shape, num_classes) -> nn.Module
+        return load_object(arch, "models.pool")(input_shape, num_classes)
     raise ConfigError(f"models: unknown architecture {arch!r}; allowed: {', '.join(allowed_names())}")
 
 
