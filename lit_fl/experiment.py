@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import time
 from datetime import datetime
 from pathlib import Path
@@ -36,8 +37,9 @@ if TYPE_CHECKING:
 # The data, the federation, the round loop and the runner (torch, Lightning) are imported when a run starts
 # (``build``, ``fit``): building an Experiment from a config, and refusing a bad one, never imports torch.
 
-#: Config keys that must match between a run directory and the config it is resumed with.
-RESUME_KEYS = ("seed", "algorithm", "data", "models", "topology", "faults")
+#: Config keys that must match between a run directory and the config it is resumed with (``rounds`` may change,
+#: said in one line; ``checkpoint_every``, ``trainer`` and ``logger`` are how, not what, a run computes).
+RESUME_KEYS = ("seed", "algorithm", "data", "models", "topology", "faults", "eval_every")
 
 
 @eager_init_annotations
@@ -146,7 +148,7 @@ class Experiment:
 
         run_path = self.resolve_run_path(resume)
         if resume:
-            _check_resume_config(run_path, config)
+            check_resume_config(run_path, config)
         federation, runner = self.build()
         if not runner.is_global_zero:
             return self._fit_follower(federation, runner, run_path, resume)
@@ -313,7 +315,9 @@ def _started_here(path: Path) -> bool:
     }
 
 
-def _check_resume_config(run_path: Path, config: dict[str, Any]) -> None:
+def check_resume_config(run_path: Path, config: dict[str, Any]) -> None:
+    """Refuse a resume whose config differs from the run's ``config.yaml`` in a key of :data:`RESUME_KEYS` (one
+    line naming them); a changed ``rounds`` is said in one line (``config.yaml`` then records the new one)."""
     saved_path = run_path / "config.yaml"
     if not saved_path.is_file():
         return
@@ -322,9 +326,11 @@ def _check_resume_config(run_path: Path, config: dict[str, Any]) -> None:
     if differing:
         raise ConfigError(
             f"--resume: the config differs from {saved_path} in {', '.join(differing)}; "
-            "resume with the run's own config (only rounds, eval_every, checkpoint_every, trainer and logger "
-            "may change)"
+            "resume with the run's own config (only rounds, checkpoint_every, trainer and logger may change)"
         )
+    if saved.get("rounds") != config.get("rounds") and not launched_follower():
+        print(f"lit-fl: --resume: rounds {saved['rounds']} -> {config.get('rounds')} (config.yaml records it)",
+              file=sys.stderr)
 
 
 def _differences(a: Any, b: Any, prefix: str) -> list[str]:

@@ -149,6 +149,28 @@ def test_resume_with_changed_config_is_refused(
     assert snapshot(tmp_path) == before
 
 
+def test_resume_alone_refuses_a_changed_seed_and_says_a_changed_rounds(tmp_path: Path) -> None:
+    """``--resume runs/NAME`` reads the run's config.yaml; a key that differs from it is refused, except rounds."""
+    cfg = write_config(tmp_path / "cfg.yaml", tiny_config("DecentralizedFedAvg", rounds=5))
+    run = tmp_path / "runs" / "src"
+    assert run_cli("fit", "--config", cfg, "--run_dir", tmp_path / "runs", "--name", "src", "--rounds", "1").rc == 0
+    before = snapshot(tmp_path)
+
+    result = run_cli("fit", "--resume", run, "--seed", "7")
+    assert result.rc == 2 and result.err.strip().splitlines() == [
+        f"lit-fl: error: --resume: the config differs from {run / 'config.yaml'} in seed; resume with the run's own "
+        "config (only rounds, checkpoint_every, trainer and logger may change)"]
+    assert snapshot(tmp_path) == before
+
+    result = run_cli("fit", "--resume", run, "--rounds", "2")
+    assert result.rc == 0 and result.err.strip() == "lit-fl: --resume: rounds 1 -> 2 (config.yaml records it)"
+    assert result.out.startswith("completed: 2/2 rounds")
+    result = run_cli("fit", "--config", cfg, "--resume", run)  # the file's rounds (5) over the run's (2): said
+    assert result.rc == 0 and "rounds 2 -> 5" in result.err and result.out.startswith("completed: 5/5 rounds")
+    assert yaml.safe_load((run / "config.yaml").read_text())["rounds"] == 5
+    assert [r["round"] for r in read_metrics(run / "metrics.csv")] == [1, 2, 3, 4, 5]
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGUSR1], ids=lambda s: s.name)
 def test_ctrl_c_sigterm_sigusr1_stop_after_the_round_and_resume_exactly(
     root: Path, uninterrupted: dict[str, Path], monkeypatch: pytest.MonkeyPatch, signum: signal.Signals
@@ -181,5 +203,6 @@ def test_ctrl_c_sigterm_sigusr1_stop_after_the_round_and_resume_exactly(
     assert load_ckpt(run)["federation"]["round"] == 2
 
     monkeypatch.setattr(DFML, "run_round", original)
-    fit(root, "DFML", "--resume", run, "--rounds", "4")
+    result = run_cli("fit", "--resume", run)  # the run alone: its config.yaml says the rest
+    assert result.rc == 0 and result.err == "", result.err
     assert_runs_equal(run, full)

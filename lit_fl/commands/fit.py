@@ -74,7 +74,7 @@ def main(argv: Sequence[str]) -> int:
     working_directory_importable()  # a user's algorithm.class_path: gossip.Gossip, as with python -m
     parser = fit_parser()
     try:
-        cfg = parser.parse_args(resolve_config_files(argv))
+        cfg = parser.parse_args(with_run_config(resolve_config_files(argv)))
         experiment, resolved, resume = prepare(cfg, parser)
     except (ArgumentError, ValueError, TypeError, DatasetNotFoundError) as err:  # the config, by construction
         return _bad_input(err)
@@ -120,6 +120,28 @@ def resolve_config_files(argv: Sequence[str]) -> list[str]:
             arg = str(resolve_config(arg, key=args[i - 1]))
         out.append(arg)
     return _configs_first(out)
+
+
+def with_run_config(argv: list[str]) -> list[str]:
+    """``--resume runs/NAME``: the run's own ``config.yaml`` is the base config, every other config file and key
+    applies on top (what differs from the run is refused later, except ``rounds``, see
+    :func:`lit_fl.experiment.check_resume_config`). So ``lit-fl fit --resume runs/NAME`` alone continues a run."""
+    from pathlib import Path
+
+    run = _option_value(argv, "--resume")
+    stored = Path(run) / "config.yaml" if run else None
+    if stored is None or not stored.is_file():
+        return argv
+    return ["--config", str(stored), *argv]
+
+
+def _option_value(argv: list[str], option: str) -> str | None:
+    for i, arg in enumerate(argv):
+        if arg.startswith(f"{option}="):
+            return arg.split("=", 1)[1]
+        if arg == option and i + 1 < len(argv):
+            return argv[i + 1]
+    return None
 
 
 def _configs_first(argv: list[str]) -> list[str]:
