@@ -42,6 +42,15 @@ class Algorithm(ABC):
 
     An algorithm never builds a Trainer: it hands steps to the :class:`StepRunner` and moves weights in the
     :class:`Federation`, recording every transfer in the :class:`CommunicationLedger`.
+
+    Args:
+        local_epochs: epochs over the client's own train split in each local phase (0: no local training).
+        loss: the supervised loss of client training: ``ce`` (cross-entropy, the default of a new method) or
+            ``wsm`` (DFML Eq. 2, re-weighted by the client's class proportions; DFML and its baselines).
+        lr: SGD learning rate of client training.
+        momentum: SGD momentum.
+        weight_decay: SGD weight decay.
+        batch_size: client mini-batch size.
     """
 
     #: Whether clients keep a peak model (then global accuracy is reported on peak models).
@@ -59,7 +68,7 @@ class Algorithm(ABC):
     def __init__(
         self,
         local_epochs: int = 1,
-        loss: SupervisedLoss = "wsm",
+        loss: SupervisedLoss = "ce",
         lr: float = 0.01,
         momentum: float = 0.9,
         weight_decay: float = 5e-4,

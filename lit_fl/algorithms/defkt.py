@@ -16,6 +16,7 @@ import numpy as np
 from lit_fl import steps
 from lit_fl.algorithms.base import RoundResult, nanmean
 from lit_fl.algorithms.decentralized import DecentralizedAlgorithm, RoundFaults
+from lit_fl.choices import SupervisedLoss
 from lit_fl.errors import ConfigError
 from lit_fl.federation.selection import num_senders
 
@@ -68,13 +69,16 @@ class PairwiseExchange(DecentralizedAlgorithm):
     A sender that fails (``faults.drop_prob``) keeps its locally trained model and its receiver does
     nothing. All clients must share one architecture (the papers' setting: every client starts from the
     same ``w_0``; DFML sec. 2 notes Def-KT supports homogeneous models only).
+
+    Args:
+        loss: ``wsm`` (the DFML paper re-runs Def-KT, FullAvg and Combo with WSM, sec. 4) or ``ce`` (Def-KT Eq. 7).
     """
 
     #: Whether :meth:`fuse` returns a training loss worth logging as ``fusion_loss``.
     logs_fusion_loss: bool = False
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, loss: SupervisedLoss = "wsm", **kwargs: Any) -> None:
+        super().__init__(loss=loss, **kwargs)
         if self.fixed_aggregator is not None:
             raise ConfigError(f"algorithm.fixed_aggregator: {self.name} has no aggregator; leave it unset")
 

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from lit_fl import steps
 from lit_fl.algorithms.base import RoundResult
 from lit_fl.algorithms.decentralized import DecentralizedAlgorithm
+from lit_fl.choices import SupervisedLoss
 from lit_fl.errors import ConfigError
 from lit_fl.federation.alpha import AlphaSchedule
 
@@ -57,9 +58,10 @@ class DFML(DecentralizedAlgorithm):
         temperature: float = 1.0,
         noise_batches: int = 0,
         noise_batch_size: int = 128,
+        loss: SupervisedLoss = "wsm",
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
+        super().__init__(loss=loss, **kwargs)
         if mutual_epochs < 0:
             raise ConfigError(f"algorithm.mutual_epochs must be >= 0, got {mutual_epochs}")
         if peak_updates < 1:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lit_fl import steps
 from lit_fl.algorithms.base import RoundResult
 from lit_fl.algorithms.decentralized import DecentralizedAlgorithm
+from lit_fl.choices import SupervisedLoss
 
 if TYPE_CHECKING:
     from lit_fl.federation.ledger import CommunicationLedger
@@ -18,7 +19,14 @@ if TYPE_CHECKING:
 class DecentralizedFedAvg(DecentralizedAlgorithm):
     """Participants train locally; at the aggregator, models of the same architecture are averaged weighted
     by train-set size (Eq. 5) and every participant receives its cluster's average. Clients of an
-    architecture start from the same initialisation (the experiment builder guarantees it)."""
+    architecture start from the same initialisation (the experiment builder guarantees it).
+
+    Args:
+        loss: ``wsm`` (DFML sec. 4 runs every baseline with WSM, as DFML itself) or ``ce``.
+    """
+
+    def __init__(self, loss: SupervisedLoss = "wsm", **kwargs: Any) -> None:
+        super().__init__(loss=loss, **kwargs)
 
     def run_round(
         self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger

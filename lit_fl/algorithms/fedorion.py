@@ -61,27 +61,33 @@ class FedORION(Algorithm):
     clients' models" (FedORION sec. 4.1).
 
     Args:
-    global_arch: architecture of the global model; None = the smallest of the pool by parameter count.
-    client_fraction: share of the clients selected each round, ``round(f * N)`` (at least 1). Paper: 0.3
-        (sec. 4.2.1, 30 clients), 10 clients per round (Table 2, N = 30 and 100), 0.5 (CIFAR-100/TinyImageNet).
-    no_dml: client ids that skip DML (selective DML; they must have the global architecture), or
-        ``global_arch`` for every client of the global architecture (the paper's rule); None = all do DML.
-    server_epochs: T_s, epochs of noise distillation per round (paper: 5; 0 = no distillation, ablation).
-    noise_steps: noise batches per server epoch (Algorithm 1: one batch per epoch r_s).
-    noise_batch_size: noise samples per batch (paper: 128).
-    server_lr / server_momentum / server_weight_decay: the server's SGD (paper: 0.001, 0.9, none).
-    global_lr: eta_g, the rate at which a client trains its copy of the global model (Algorithm 1, client
-        side: "theta_gi = theta_gi - eta_g grad L_GMi"; sec. 4.1: 0.001). The local model uses ``lr`` (eta_i).
-        No-DML clients train their one model (the received global model) at ``lr``.
-    bn_stats: the teachers' BatchNorm on the ``current`` noise batch statistics (paper) or ``running``.
-    student_running_stats: ``keep`` the global model's BatchNorm running statistics (averaged from the
-        clients' copies, i.e. real data) during distillation, or ``update`` them on noise.
-    aggregation: ``uniform`` (Algorithm 1) or ``samples`` (weighted by the clients' sample counts).
-    aggregate: False = the server skips aggregation and distils into its previous global model (ablation,
-        Table 3 "w/o Agg").
-    kl_weight: weight of the peer term in Eq. 1-2 (1).
-    local_epochs, loss, lr, momentum, weight_decay, batch_size: the clients' training (paper: 10, ce, 0.01,
-        0.9, 0, 32).
+        global_arch: architecture of the global model; None = the smallest of the pool by parameter count.
+        client_fraction: share of the clients selected each round, ``round(f * N)`` (at least 1). Paper: 0.3
+            (sec. 4.2.1, 30 clients), 10 clients per round (Table 2, N = 30 and 100), 0.5 (CIFAR-100/TinyImageNet).
+        no_dml: client ids that skip DML (selective DML; they must have the global architecture), or
+            ``global_arch`` for every client of the global architecture (the paper's rule); None = all do DML.
+        server_epochs: T_s, epochs of noise distillation per round (paper: 5; 0 = no distillation, ablation).
+        noise_steps: noise batches per server epoch (Algorithm 1: one batch per epoch r_s).
+        noise_batch_size: noise samples per batch (paper: 128).
+        server_lr: the server's SGD learning rate (paper: 0.001).
+        server_momentum: the server's SGD momentum (paper: 0.9).
+        server_weight_decay: the server's SGD weight decay (paper: none, 0).
+        global_lr: eta_g, the rate at which a client trains its copy of the global model (Algorithm 1, client
+            side: "theta_gi = theta_gi - eta_g grad L_GMi"; sec. 4.1: 0.001). The local model uses ``lr`` (eta_i).
+            No-DML clients train their one model (the received global model) at ``lr``.
+        bn_stats: the teachers' BatchNorm on the ``current`` noise batch statistics (paper) or ``running``.
+        student_running_stats: ``keep`` the global model's BatchNorm running statistics (averaged from the
+            clients' copies, i.e. real data) during distillation, or ``update`` them on noise.
+        aggregation: ``uniform`` (Algorithm 1) or ``samples`` (weighted by the clients' sample counts).
+        aggregate: False = the server skips aggregation and distils into its previous global model (ablation,
+            Table 3 "w/o Agg").
+        kl_weight: weight of the peer term in Eq. 1-2 (1).
+        local_epochs: the clients' epochs per round (paper: 10).
+        loss: the clients' supervised loss (paper: ``ce``).
+        lr: eta_i, the clients' learning rate (paper: 0.01).
+        momentum: the clients' SGD momentum (paper: 0.9).
+        weight_decay: the clients' SGD weight decay (paper: none, 0).
+        batch_size: the clients' batch size (paper: 32).
     """
 
     paper_same_init = False

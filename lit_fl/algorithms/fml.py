@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from lit_fl import steps
 from lit_fl.algorithms.base import RoundResult, nanmean
 from lit_fl.algorithms.decentralized import DecentralizedAlgorithm
+from lit_fl.choices import SupervisedLoss
 from lit_fl.errors import ConfigError
 from lit_fl.models import create_model, num_parameters
 
@@ -31,13 +32,17 @@ MEME = "meme"
 
 
 class DecentralizedFML(DecentralizedAlgorithm):
-    """Args:
-    meme_arch: architecture of the homogeneous meme models; None = the median architecture of the
-        federation's pool by parameter count.
-    mutual_epochs: epochs of deep mutual learning between the two models of a participant (1).
-    fml_alpha: FML's (Shen et al. 2020) weight of the local model's supervised loss:
-        ``L_local = alpha * CE + (1 - alpha) * KL(p_meme || p_local)``; FML's default 0.5.
-    fml_beta: the same for the meme: ``L_meme = beta * CE + (1 - beta) * KL(p_local || p_meme)``; FML's 0.5.
+    """Decentralized FML (DFML paper baseline, Shen et al. 2020): each participant trains its local model and a
+    homogeneous meme model by deep mutual learning; the memes are averaged at the aggregator.
+
+    Args:
+        meme_arch: architecture of the homogeneous meme models; None = the median architecture of the
+            federation's pool by parameter count.
+        mutual_epochs: epochs of deep mutual learning between the two models of a participant (1).
+        fml_alpha: FML's (Shen et al. 2020) weight of the local model's supervised loss:
+            ``L_local = alpha * CE + (1 - alpha) * KL(p_meme || p_local)``; FML's default 0.5.
+        fml_beta: the same for the meme: ``L_meme = beta * CE + (1 - beta) * KL(p_local || p_meme)``; FML's 0.5.
+        loss: ``wsm`` (the DFML paper runs its FML baseline with WSM, sec. 4) or ``ce``.
     """
 
     def __init__(
@@ -46,9 +51,10 @@ class DecentralizedFML(DecentralizedAlgorithm):
         mutual_epochs: int = 1,
         fml_alpha: float = 0.5,
         fml_beta: float = 0.5,
+        loss: SupervisedLoss = "wsm",
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
+        super().__init__(loss=loss, **kwargs)
         if mutual_epochs < 1:
             raise ConfigError(f"algorithm.mutual_epochs must be >= 1, got {mutual_epochs}")
         for key, value in (("fml_alpha", fml_alpha), ("fml_beta", fml_beta)):

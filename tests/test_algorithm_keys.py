@@ -1,0 +1,63 @@
+"""Every algorithm key is documented in ``--algorithm.help`` (inherited ones included), a user's new method trains
+with cross-entropy unless it says otherwise, and every built-in keeps the loss its paper uses."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+
+import pytest
+
+import lit_fl.algorithms as algorithms
+from lit_fl.algorithms import Algorithm
+from lit_fl.algorithms.decentralized import DecentralizedAlgorithm
+from lit_fl.cli import main
+from lit_fl.commands.fit import ALGORITHMS
+from lit_fl.federation.ledger import CommunicationLedger
+
+#: the loss each built-in trains with by default: DFML runs all its baselines with WSM (sec. 4); FedORION, UA-PDFL
+#: (and its Local/FedPer baselines) and codistillation use cross-entropy
+PAPER_LOSS = {
+    "DFML": "wsm", "DecentralizedFedAvg": "wsm", "DecentralizedFedProx": "wsm", "DecentralizedFML": "wsm",
+    "DefKT": "wsm", "FullAvg": "wsm", "Combo": "wsm", "HeteroFL": "wsm", "FedRolex": "wsm",
+    "FederatedDropout": "wsm", "Local": "ce", "FedPer": "ce", "UAPDFL": "ce", "FedORION": "ce",
+    "PeriodicCodist": "ce", "MergedCodist": "ce",
+}
+
+
+@pytest.mark.parametrize("name", sorted(PAPER_LOSS))
+def test_every_builtin_keeps_its_papers_loss(name: str) -> None:
+    assert getattr(algorithms, name)().loss == PAPER_LOSS[name]
+
+
+def test_the_built_ins_are_all_listed() -> None:
+    assert sorted(path.rsplit(".", 1)[1] for path in ALGORITHMS) == sorted(PAPER_LOSS)
+
+
+def test_a_new_method_trains_with_cross_entropy_unless_it_says_otherwise() -> None:
+    class Mine(DecentralizedAlgorithm):
+        def run_round(self, round_, federation, runner, ledger: CommunicationLedger):  # noqa: ANN001, ANN201
+            raise NotImplementedError
+
+    class Plain(Algorithm):
+        def run_round(self, round_, federation, runner, ledger: CommunicationLedger):  # noqa: ANN001, ANN201
+            raise NotImplementedError
+
+    assert Mine().loss == Plain().loss == "ce"
+    assert Mine(loss="wsm").loss == "wsm"
+
+
+@pytest.mark.parametrize("name", sorted(PAPER_LOSS))
+def test_algorithm_help_documents_every_key_inherited_ones_included(name: str) -> None:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as exit_:
+        main(["fit", "--algorithm.help", name])
+    assert exit_.value.code == 0
+    text = re.sub(r"\s+", " ", out.getvalue().split("Help for", 1)[1])
+    options = re.findall(r"--algorithm\.(\w+) (?:\{[\w,]+\}|[A-Z_]+)? ?(.*?)(?= --algorithm\.|$)", text)
+    documented = dict(options)
+    for key in ("local_epochs", "loss", "lr", "momentum", "weight_decay", "batch_size"):
+        assert key in documented, (name, key)
+    undocumented = [key for key, doc in documented.items() if doc.startswith("(type:")]
+    assert not undocumented, (name, undocumented)
