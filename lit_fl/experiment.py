@@ -147,16 +147,17 @@ class Experiment:
         from lit_fl.federation.loop import RoundLoop
 
         run_path = self.resolve_run_path(resume)
-        if resume:
-            check_resume_config(run_path, config)
+        rounds_note = check_resume_config(run_path, config) if resume else None
         federation, runner = self.build()
         if not runner.is_global_zero:
             return self._fit_follower(federation, runner, run_path, resume)
-        ledger = CommunicationLedger()
+        ledger = CommunicationLedger.of(federation)
         ckpt_path = run_path / "checkpoints" / "last.ckpt"
         extra: dict[str, Any] = {}
         if resume and ckpt_path.is_file():
             extra = load_checkpoint(ckpt_path, federation, self.algorithm, ledger)
+        if rounds_note:
+            print(rounds_note, file=sys.stderr)
         run_path.mkdir(parents=True, exist_ok=True)
         config = {**config, "run_dir": str(run_path.parent), "name": run_path.name}
         atomic_write_text(run_path / "config.yaml", yaml.safe_dump(config, sort_keys=False))
@@ -232,7 +233,7 @@ class Experiment:
         from lit_fl.federation.ledger import CommunicationLedger
         from lit_fl.federation.loop import RoundLoop
 
-        ledger = CommunicationLedger()
+        ledger = CommunicationLedger.of(federation)
         ckpt_path = run_path / "checkpoints" / "last.ckpt"
         if resume and ckpt_path.is_file():
             load_checkpoint(ckpt_path, federation, self.algorithm, ledger)
@@ -315,12 +316,12 @@ def _started_here(path: Path) -> bool:
     }
 
 
-def check_resume_config(run_path: Path, config: dict[str, Any]) -> None:
+def check_resume_config(run_path: Path, config: dict[str, Any]) -> str | None:
     """Refuse a resume whose config differs from the run's ``config.yaml`` in a key of :data:`RESUME_KEYS` (one
-    line naming them); a changed ``rounds`` is said in one line (``config.yaml`` then records the new one)."""
+    line naming them); returns the line that says a changed ``rounds`` (``config.yaml`` then records the new one)."""
     saved_path = run_path / "config.yaml"
     if not saved_path.is_file():
-        return
+        return None
     saved = yaml.safe_load(saved_path.read_text()) or {}
     differing = [key for top in RESUME_KEYS for key in _differences(saved.get(top), config.get(top), top)]
     if differing:
@@ -328,9 +329,9 @@ def check_resume_config(run_path: Path, config: dict[str, Any]) -> None:
             f"--resume: the config differs from {saved_path} in {', '.join(differing)}; "
             "resume with the run's own config (only rounds, checkpoint_every, trainer and logger may change)"
         )
-    if saved.get("rounds") != config.get("rounds") and not launched_follower():
-        print(f"lit-fl: --resume: rounds {saved['rounds']} -> {config.get('rounds')} (config.yaml records it)",
-              file=sys.stderr)
+    if saved.get("rounds") != config.get("rounds"):
+        return f"lit-fl: --resume: rounds {saved.get('rounds')} -> {config.get('rounds')} (config.yaml records it)"
+    return None
 
 
 def _differences(a: Any, b: Any, prefix: str) -> list[str]:

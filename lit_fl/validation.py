@@ -40,10 +40,24 @@ def check_finite(namespace: Any, prefix: str = "") -> None:
 
 def check_experiment(experiment: Any, resume: str | None) -> None:
     check_run_location(experiment, resume)
+    check_method_keys(experiment)
     check_accelerator(experiment.trainer.accelerator)
     check_precision(experiment.trainer.accelerator, experiment.trainer.precision)
     check_federation(experiment)
     check_dataset_files(experiment.data)
+
+
+def check_method_keys(experiment: Any) -> None:
+    """``faults.*`` and ``topology.*`` only for a method that can use them (never silently ignored)."""
+    from lit_fl.federation.topology import TopologyConfig
+
+    algorithm = experiment.algorithm
+    if experiment.faults.enabled and not algorithm.sends_models:
+        raise ConfigError(f"faults: {algorithm.name} moves no model between clients, so no fault can apply; "
+                          "allowed: faults.drop_prob 0 and faults.return_drop_prob 0")
+    if experiment.topology != TopologyConfig() and not algorithm.uses_topology:
+        raise ConfigError(f"topology: {algorithm.name} has no network topology; allowed: the default "
+                          "(remove topology.*)")
 
 
 def check_run_location(experiment: Any, resume: str | None) -> None:

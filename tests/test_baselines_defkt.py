@@ -185,12 +185,12 @@ def test_defkt_failed_senders_change_no_receiver() -> None:
     algo = DefKT(sender_fraction=0.5, lr=LR)
     algo.setup(fed)
     before = snapshot(fed)
-    ledger = CommunicationLedger()
+    ledger = CommunicationLedger.of(fed)
     result = algo.run_round(1, fed, RUNNER, ledger)
     assert len(result.senders) == 3
     for c, old in zip(fed.clients, before):
         assert same_weights(c.model.state_dict(), old) == (c.id not in result.senders)
-    assert ledger.round_mb == 0 and result.extra["dropped_senders"] == 3 and result.extra["fused_pairs"] == 0
+    assert ledger.round_mb == 0 and ledger.round_faults.dropped_senders == 3 and result.extra["fused_pairs"] == 0
 
 
 # -- FullAvg and Combo (hand-checked with constant models, no local training) ----------------------------
@@ -199,7 +199,7 @@ def test_defkt_failed_senders_change_no_receiver() -> None:
 def _pair_round(algo, fed):  # noqa: ANN001, ANN202
     algo.setup(fed)
     _fill(fed, lambda n: float(n + 1))
-    ledger = CommunicationLedger()
+    ledger = CommunicationLedger.of(fed)
     result = algo.run_round(1, fed, RUNNER, ledger)
     (s,) = result.senders
     (r,) = [c.id for c in fed.clients if c.id != s and _flat(c.model).ne(c.id + 1).any()] or [None]
@@ -243,4 +243,4 @@ def test_combo_averages_segment_2_at_the_receiver_and_segment_1_at_the_sender(lo
     assert to_r[:2] == (s, r) and to_s[:2] == (r, s)
     assert to_s[2] == pytest.approx(half * 4 / 2**20) and to_r[2] == pytest.approx((len(sender) - half) * 4 / 2**20)
     assert ledger.round_mb == pytest.approx(model_megabytes(fed.clients[s].model))
-    assert result.extra["lost_returns"] == (1 if lose_return else 0)
+    assert ledger.round_faults.lost_returns == (1 if lose_return else 0)

@@ -10,6 +10,7 @@ from conftest import run_cli
 
 from lit_fl.cli import fit_parser
 from lit_fl.models import is_known, resolve_pool
+from lit_fl.tracking import read_metrics
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 ALL_CONFIGS = sorted(EXPERIMENTS.rglob("*.yaml"))
@@ -43,3 +44,20 @@ def test_method_runs_on_mnist5k(path: Path, tmp_path: Path) -> None:
     assert result.rc == 0, result.err
     summary = json.loads((tmp_path / path.stem / "summary.json").read_text())
     assert summary["status"] == "completed" and 0.0 <= summary["final"]["global_acc"] <= 1.0
+
+    # faults.* apply to every method that moves models (in the ledger), and are refused by one that moves none
+    faulty = run_cli(
+        "fit", "--config", path, "--rounds", "1", "--logger.wandb", "false", "--logger.progress", "false",
+        "--run_dir", tmp_path, "--name", f"{path.stem}-faults", "--faults.drop_prob", "0.5",
+        "--faults.return_drop_prob", "0.5",
+    )
+    if path.stem in ("local", "fedorion"):
+        assert faulty.rc == 2 and faulty.err.count("\n") == 1 and "faults" in faulty.err, faulty.err
+        return
+    assert faulty.rc == 0, faulty.err
+    row = read_metrics(tmp_path / f"{path.stem}-faults" / "metrics.csv")[-1]
+    clean = read_metrics(tmp_path / path.stem / "metrics.csv")[-1]
+    assert row["dropped_senders"] + row["lost_returns"] > 0 == clean["dropped_senders"] + clean["lost_returns"]
+    assert row["comm_mb"] != clean["comm_mb"]
+    if path.stem != "fedper":  # FedPer's clients start from one initialisation: round 1 averages equal g's
+        assert any(row[k] != clean[k] for k in row if k.startswith(("global_acc", "local_acc")))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 from conftest import run_cli, tiny_config, write_config
@@ -21,9 +22,9 @@ def test_every_sender_dropped_leaves_the_aggregator_alone() -> None:
     fed.faults = FaultsConfig(drop_prob=1.0)
     algo = DFML(mutual_epochs=1, sender_fraction=0.5)
     algo.setup(fed)
-    ledger = CommunicationLedger()
+    ledger = CommunicationLedger.of(fed)
     result = algo.run_round(1, fed, StepRunner(accelerator="cpu"), ledger)
-    assert result.extra["dropped_senders"] == len(result.senders) > 0
+    assert ledger.round_faults.dropped_senders == len(result.senders) > 0
     assert ledger.round_mb == 0.0
     for s in result.senders:  # trained locally, never reached the aggregator: no peak update
         assert fed.clients[s].alpha_peak == 0.0
@@ -35,7 +36,7 @@ def test_lost_returns_keep_the_locally_trained_model() -> None:
     fed.faults = FaultsConfig(return_drop_prob=1.0)
     runner = StepRunner(accelerator="cpu")
     lossy, clean = DecentralizedFedAvg(sender_fraction=0.5), DecentralizedFedAvg(sender_fraction=0.5)
-    ledger = CommunicationLedger()
+    ledger = CommunicationLedger.of(fed)
     result = lossy.run_round(1, fed, runner, ledger)
     # the twin federation runs local training only (no averaging) for the same clients and batches
     clean.select(1, twin)
@@ -43,7 +44,7 @@ def test_lost_returns_keep_the_locally_trained_model() -> None:
         clean.local_training(twin.clients[n], twin, runner)
     for s in result.senders:
         assert same_weights(fed.clients[s].model.state_dict(), twin.clients[s].model.state_dict())
-    assert result.extra["lost_returns"] == len(result.senders)
+    assert ledger.round_faults.lost_returns == len(result.senders)
     assert ledger.round_returned_mb > 0  # lost models were still transmitted
 
 
@@ -59,3 +60,23 @@ def test_faulty_run_logs_drops_and_resumes_exactly(algorithm: str, tmp_path) -> 
     rows = read_metrics(tmp_path / "runs" / "full" / "metrics.csv")
     assert sum(r["dropped_senders"] + r["lost_returns"] for r in rows) > 0
     assert_runs_equal(tmp_path / "runs" / "part", tmp_path / "runs" / "full")
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "argv", "key"),
+    [
+        ("Local", ["--faults.drop_prob", "0.5"], "faults"),
+        ("Local", ["--topology.name", "ring"], "topology"),
+        ("PeriodicCodist", ["--topology.name", "ring"], "topology"),
+    ],
+)
+def test_a_key_the_method_cannot_use_is_refused_in_one_line(
+    algorithm: str, argv: list[str], key: str, tmp_path: Path
+) -> None:
+    cfg = tiny_config(algorithm)
+    cfg["algorithm"]["init_args"] = {}
+    config = write_config(tmp_path / "c.yaml", cfg)
+    result = run_cli("fit", "--config", config, "--run_dir", tmp_path / "runs", *argv)
+    assert result.rc == 2 and result.err.count("\n") == 1, result.err
+    assert result.err.startswith(f"lit-fl: error: {key}: {algorithm} "), result.err
+    assert not (tmp_path / "runs").exists()

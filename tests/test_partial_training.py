@@ -169,7 +169,7 @@ def test_batchnorm_counter_kept_and_running_stats_sliced() -> None:
 
 def run_one_round(algo, fed, round_=1):
     algo.setup(fed)
-    ledger = CommunicationLedger()
+    ledger = CommunicationLedger.of(fed)
     result = algo.run_round(round_, fed, StepRunner(accelerator="cpu"), ledger)
     return result, ledger
 
@@ -195,7 +195,7 @@ def test_round_moves_participants_to_slices_of_one_new_global(algo_cls) -> None:
     assert all(same_weights(expected, c.model.state_dict()) for c in smalls)  # overlapping entries are equal
     sizes = [model_megabytes(fed.clients[n].model) for n in result.senders]
     assert ledger.round_sent_mb == pytest.approx(sum(sizes)) and ledger.round_returned_mb == pytest.approx(sum(sizes))
-    assert result.extra == {"dropped_senders": 0.0, "lost_returns": 0.0}
+    assert result.extra == {} and ledger.round_faults.as_metrics() == {"dropped_senders": 0.0, "lost_returns": 0.0}
 
 
 def test_federated_dropout_round_gives_everyone_a_slice_of_the_same_global() -> None:
@@ -267,7 +267,7 @@ def test_lost_returns_keep_the_locally_trained_sender_models() -> None:
     before = snapshot(fed)
     algo = HeteroFL(sender_fraction=1.0, local_epochs=0)  # no training: a lost return leaves the sender as it was
     result, ledger = run_one_round(algo, fed)
-    assert result.extra["lost_returns"] == len(result.senders) == 3
+    assert ledger.round_faults.lost_returns == len(result.senders) == 3
     for n in result.senders:
         assert same_weights(before[n], fed.clients[n].model.state_dict())
     assert ledger.round_returned_mb > 0

@@ -303,8 +303,8 @@ def test_uapdfl_local_training_replays_eq12_summed_eval_mode_aux_term(runner: St
     draw, train = algo.draw_queues, algo.train_client
     captured: dict[int, tuple[nn.Module, Tensor]] = {}
 
-    def spy_queues(federation: Federation) -> dict[int, list[int]]:
-        queues.update(draw(federation))
+    def spy_queues(federation: Federation, ledger: CommunicationLedger) -> dict[int, list[int]]:
+        queues.update(draw(federation, ledger))
         return queues
 
     def spy(client: Client, federation: Federation, run: StepRunner, step: nn.Module) -> float:

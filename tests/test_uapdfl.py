@@ -47,8 +47,8 @@ def _spy_queues(algo):  # noqa: ANN001, ANN202
     queues = {}
     original = algo.draw_queues
 
-    def spy(federation):  # noqa: ANN001, ANN202
-        queues.update(original(federation))
+    def spy(federation, ledger):  # noqa: ANN001, ANN202
+        queues.update(original(federation, ledger))
         return queues
 
     algo.draw_queues = spy

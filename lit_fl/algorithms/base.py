@@ -55,6 +55,11 @@ class Algorithm(ABC):
 
     #: Whether clients keep a peak model (then global accuracy is reported on peak models).
     uses_peak_models: bool = False
+    #: Whether the method moves models between clients (through the ledger, where ``faults.*`` apply); a method
+    #: that never does refuses ``faults.*``.
+    sends_models: bool = True
+    #: Whether the method reads the network topology (``topology.*``); one that does not refuses a non-default one.
+    uses_topology: bool = True
     #: FedProx's ``mu`` of the local phase (``mu/2 ||W - W_start||^2``); 0 = plain local training.
     prox_mu: float = 0.0
     #: The default of ``models.same_init``: whether the method's paper starts every client of an architecture

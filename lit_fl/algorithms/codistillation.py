@@ -46,11 +46,9 @@ import numpy as np
 
 from lit_fl import steps
 from lit_fl.algorithms.base import Algorithm, RoundResult, nanmean
-from lit_fl.algorithms.decentralized import RoundFaults
 from lit_fl.algorithms.fedadam import FedAdam
 from lit_fl.choices import SupervisedLoss
 from lit_fl.errors import ConfigError
-from lit_fl.federation.faults import draw_failures
 from lit_fl.models import create_model
 
 if TYPE_CHECKING:
@@ -96,6 +94,8 @@ class Codistillation(Algorithm):
         local_epochs, loss, lr, momentum, weight_decay, batch_size: client SGD (paper C.3: plain SGD with a
             constant learning rate, batch 20, one epoch; cross-entropy).
     """
+
+    uses_topology = False  # every sampled client talks to the server
 
     def __init__(
         self,
@@ -162,7 +162,6 @@ class Codistillation(Algorithm):
         }
         self.pool_ids: dict[str, list[int]] = {}
         self.buffers: dict[str, dict[str, Tensor]] = {}  # the round's averaged buffers, until applied
-        self.faults = RoundFaults()
 
     # -- setup -------------------------------------------------------------------------------------------
 
@@ -200,7 +199,6 @@ class Codistillation(Algorithm):
     def run_round(
         self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger
     ) -> RoundResult:
-        self.faults = RoundFaults()
         self.buffers = {}
         losses: list[float] = []
         grads: dict[str, dict[str, Tensor] | None] = {}
@@ -217,7 +215,7 @@ class Codistillation(Algorithm):
             alpha=self.round_alpha(),
             train_loss=nanmean(losses),
             num_participants=len(taking_part),
-            extra={**self.faults.as_metrics(), **extra},
+            extra=extra,
         )
 
     def fedavg(
@@ -236,22 +234,16 @@ class Codistillation(Algorithm):
 
         server = federation.server[pool]
         start = server.state_dict()
-        lost = draw_failures(federation.faults.return_drop_prob, len(chosen), federation.rng.faults)
-        dropped = draw_failures(federation.faults.drop_prob, len(chosen), federation.rng.faults)
         states, weights = [], []
-        for i, n in enumerate(chosen):
+        for n in chosen:
             client = federation.clients[n]
-            ledger.give_back(-1, n, server)  # download
-            if lost[i]:  # the client never got the model: it sits the round out
-                self.faults.lost_returns += 1
+            if not ledger.give_back(-1, n, server):  # download lost: the client sits the round out
                 continue
             model = pool_model(client, pool)
             model.load_state_dict(start)
             losses.append(self.train(model, client, federation, runner))
-            if dropped[i]:  # it fails before uploading and keeps its local model
-                self.faults.dropped_senders += 1
+            if not ledger.send(n, -1, model):  # it fails before uploading and keeps its local model
                 continue
-            ledger.send(n, -1, model)  # upload
             if client.num_train > 0:
                 states.append(model.state_dict())
                 weights.append(client.num_train)

@@ -1,8 +1,8 @@
 """Serverless algorithms: a random aggregator per round, drawn by the previous one, plus random senders.
 
 The shared transport lives here too: :meth:`DecentralizedAlgorithm.send` and
-:meth:`DecentralizedAlgorithm.give_back` move models over the network, record the traffic in the ledger and
-apply the configured client faults, so every method fails the same way.
+:meth:`DecentralizedAlgorithm.give_back` move models over the network through the ledger, which records the
+traffic and applies the configured client faults (:class:`~lit_fl.federation.ledger.CommunicationLedger`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 from lit_fl.algorithms.base import Algorithm, nanmean
 from lit_fl.errors import ConfigError
-from lit_fl.federation.faults import draw_failures
 from lit_fl.federation.selection import Participants, select_participants
 
 if TYPE_CHECKING:
@@ -22,17 +21,6 @@ if TYPE_CHECKING:
     from lit_fl.federation.ledger import CommunicationLedger
     from lit_fl.federation.state import Client, Federation
     from lit_fl.steps.runner import StepRunner
-
-
-@dataclass
-class RoundFaults:
-    """Failures of one round, logged as ``dropped_senders`` and ``lost_returns``."""
-
-    dropped_senders: int = 0
-    lost_returns: int = 0
-
-    def as_metrics(self) -> dict[str, float]:
-        return {"dropped_senders": float(self.dropped_senders), "lost_returns": float(self.lost_returns)}
 
 
 @dataclass
@@ -68,7 +56,6 @@ class DecentralizedAlgorithm(Algorithm):
         self.sender_fraction = sender_fraction
         self.fixed_aggregator = fixed_aggregator
         self.previous_aggregator: int | None = None
-        self.faults = RoundFaults()
 
     def setup(self, federation: Federation) -> None:
         if self.fixed_aggregator is not None and self.fixed_aggregator >= federation.num_clients:
@@ -78,7 +65,7 @@ class DecentralizedAlgorithm(Algorithm):
             )
 
     def select(self, round_: int, federation: Federation) -> Participants:
-        """This round's aggregator and senders on the federation's topology; resets the fault counters."""
+        """This round's aggregator and senders on the federation's topology."""
         participants = select_participants(
             round_,
             self.previous_aggregator,
@@ -89,7 +76,6 @@ class DecentralizedAlgorithm(Algorithm):
             federation.topology,
         )
         self.previous_aggregator = participants.aggregator
-        self.faults = RoundFaults()
         return participants
 
     def gather(
@@ -116,17 +102,13 @@ class DecentralizedAlgorithm(Algorithm):
         senders: Sequence[Client],
         models: Sequence[nn.Module] | None = None,
     ) -> list[Client]:
-        """Senders transmit ``models`` (default: their regular models) to ``receiver``. A sender that fails
-        (``faults.drop_prob``) sends nothing; the senders whose models arrived are returned."""
-        failed = draw_failures(federation.faults.drop_prob, len(senders), federation.rng.faults)
+        """Senders transmit ``models`` (default: their regular models) to ``receiver``; returns the senders whose
+        models arrived (a sender that fails, ``faults.drop_prob``, sends nothing: the ledger decides)."""
         arrived = []
         for i, sender in enumerate(senders):
-            if failed[i]:
-                self.faults.dropped_senders += 1
-                continue
             model = models[i] if models is not None else sender.model
-            ledger.send(sender.id, receiver.id, model, federation.topology.hops(sender.id, receiver.id))
-            arrived.append(sender)
+            if ledger.send(sender.id, receiver.id, model, federation.topology.hops(sender.id, receiver.id)):
+                arrived.append(sender)
         return arrived
 
     def give_back(
@@ -145,18 +127,15 @@ class DecentralizedAlgorithm(Algorithm):
         ``Client.set_weights`` of the regular model). Returns the receivers that got their model back."""
         from lit_fl.federation.state import Client
 
-        lost = draw_failures(federation.faults.return_drop_prob, len(receivers), federation.rng.faults)
         delivered = []
         for i, receiver in enumerate(receivers):
             model = models[i] if models is not None else receiver.model
-            ledger.give_back(sender.id, receiver.id, model, federation.topology.hops(sender.id, receiver.id))
-            if lost[i]:
-                self.faults.lost_returns += 1
-                if before is None:
-                    raise RuntimeError("give_back needs the pre-aggregation weights when returns can be lost")
-                (restore or Client.set_weights)(receiver, before[receiver.id])
+            if ledger.give_back(sender.id, receiver.id, model, federation.topology.hops(sender.id, receiver.id)):
+                delivered.append(receiver)
                 continue
-            delivered.append(receiver)
+            if before is None:
+                raise RuntimeError("give_back needs the pre-aggregation weights when returns can be lost")
+            (restore or Client.set_weights)(receiver, before[receiver.id])
         return delivered
 
     def snapshot_for_returns(

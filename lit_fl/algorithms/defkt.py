@@ -15,7 +15,7 @@ import numpy as np
 
 from lit_fl import steps
 from lit_fl.algorithms.base import RoundResult, nanmean
-from lit_fl.algorithms.decentralized import DecentralizedAlgorithm, RoundFaults
+from lit_fl.algorithms.decentralized import DecentralizedAlgorithm
 from lit_fl.choices import SupervisedLoss
 from lit_fl.errors import ConfigError
 from lit_fl.federation.selection import num_senders
@@ -98,7 +98,6 @@ class PairwiseExchange(DecentralizedAlgorithm):
     def run_round(
         self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger
     ) -> RoundResult:
-        self.faults = RoundFaults()
         pairs = draw_pairs(
             self.num_pairs(federation.num_clients),
             federation.topology,
@@ -124,7 +123,6 @@ class PairwiseExchange(DecentralizedAlgorithm):
         extra = {
             "fused_pairs": float(fused),
             "num_receivers": float(len(pairs)),
-            **self.faults.as_metrics(),
         }
         if self.logs_fusion_loss:
             extra["fusion_loss"] = nanmean(fusion_losses)

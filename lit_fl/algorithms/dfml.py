@@ -109,7 +109,7 @@ class DFML(DecentralizedAlgorithm):
             senders=gathered.participants.senders,
             alpha=alpha,
             train_loss=gathered.local_loss,
-            extra={"mutual_loss": mutual_loss, **noise_extra, **self.faults.as_metrics()},
+            extra={"mutual_loss": mutual_loss, **noise_extra},
         )
 
     def update_peaks(self, clients: list, round_: int, alpha: float) -> None:

@@ -38,7 +38,6 @@ class DecentralizedFedAvg(DecentralizedAlgorithm):
             aggregator=round_state.aggregator.id,
             senders=round_state.participants.senders,
             train_loss=round_state.local_loss,
-            extra=self.faults.as_metrics(),
         )
 
     def aggregate(self, round_: int, federation: Federation, clients: list[Client]) -> None:

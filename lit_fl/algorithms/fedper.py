@@ -18,7 +18,6 @@ from lit_fl.algorithms.base import RoundResult
 from lit_fl.algorithms.local import Local
 from lit_fl.algorithms.unit_representation import ModelSplit
 from lit_fl.errors import ConfigError
-from lit_fl.federation.faults import draw_failures
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -46,6 +45,9 @@ class FedPer(Local):
         **kwargs: the training setup of :class:`Local` (lr 0.05 decayed 0.95 per round, momentum 0.5, ...).
     """
 
+    sends_models = True
+    uses_topology = True
+
     def __init__(self, num_peers: int = 5, classifier_modules: list[str] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if num_peers < 1:
@@ -54,7 +56,6 @@ class FedPer(Local):
         self.split = ModelSplit(classifier_modules)
         self.feature_keys: list[str] = []
         self.classifier_keys: list[str] = []
-        self.dropped_peers = 0
 
     def setup(self, federation: Federation) -> None:
         super().setup(federation)
@@ -71,7 +72,7 @@ class FedPer(Local):
         if not self.feature_keys:
             self.prepare(federation)
         snapshot = snapshot_states(federation)
-        queues = self.draw_queues(federation)
+        queues = self.draw_queues(federation, ledger)
         for client in federation.clients:
             peers = queues[client.id]
             if not peers:
@@ -81,22 +82,20 @@ class FedPer(Local):
             client.set_weights(self.merge(federation, snapshot, client, [client.id, *peers], [client.id]))
         optimizer = self.round_optimizer(round_)
         losses = [self.train_client(c, federation, runner, self.local_step(c, optimizer)) for c in federation.clients]
-        return self.round_result(federation, losses, optimizer, dropped_senders=self.dropped_peers)
+        return self.round_result(federation, losses, optimizer)
 
     # -- peer-to-peer machinery shared with UA-PDFL -----------------------------------------------------------
 
-    def draw_queues(self, federation: Federation) -> dict[int, list[int]]:
+    def draw_queues(self, federation: Federation, ledger: CommunicationLedger) -> dict[int, list[int]]:
         """Queue ``Q_i`` of every client: ``min(N_com, #neighbours)`` distinct random neighbours, drawn from
-        ``rng.algorithm`` in client order; peers that fail this round (``faults.drop_prob``) are left out."""
-        self.dropped_peers = 0
+        ``rng.algorithm`` in client order; peers that do not reach the client this round (the ledger's
+        ``faults.drop_prob``) are left out."""
         queues: dict[int, list[int]] = {}
         for client in federation.clients:
             neighbours = federation.topology.neighbours(client.id)
             size = min(self.num_peers, len(neighbours))
             drawn = federation.rng.algorithm.choice(neighbours, size=size, replace=False) if size else []
-            failed = draw_failures(federation.faults.drop_prob, size, federation.rng.faults)
-            self.dropped_peers += int(failed.sum())
-            queues[client.id] = [int(p) for p, lost in zip(drawn, failed) if not lost]
+            queues[client.id] = [int(p) for p in drawn if ledger.reaches(int(p), client.id)]
         return queues
 
     def receive(

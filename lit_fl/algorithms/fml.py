@@ -101,7 +101,6 @@ class DecentralizedFML(DecentralizedAlgorithm):
             aggregator=aggregator.id,
             senders=participants.senders,
             train_loss=nanmean(losses),
-            extra=self.faults.as_metrics(),
         )
 
     def mutual_learning(self, client: Client, federation: Federation, runner: StepRunner) -> float:

@@ -40,6 +40,9 @@ class Local(Algorithm):
         batch_size: UA-PDFL: 50.
     """
 
+    sends_models = False
+    uses_topology = False
+
     def __init__(
         self,
         lr_decay: float = 0.95,

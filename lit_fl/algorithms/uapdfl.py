@@ -112,7 +112,7 @@ class UAPDFL(FedPer):
         x_unit = self.make_unit_input(federation)
         reps = self.representations(federation, x_unit)
         snapshot = snapshot_states(federation)
-        queues = self.draw_queues(federation)
+        queues = self.draw_queues(federation, ledger)
         dropouts = personalised = merged_classifiers = 0
         divergences: list[float] = []
         all_keys = [*self.feature_keys, *self.classifier_keys]
@@ -147,7 +147,6 @@ class UAPDFL(FedPer):
             personalised_classifiers=personalised,
             merged_classifiers=merged_classifiers,
             mean_divergence=sum(divergences) / len(divergences) if divergences else math.nan,
-            dropped_senders=self.dropped_peers,
         )
 
     def aux_step(

@@ -1,10 +1,9 @@
-"""Client faults: a sender that fails before sending, a returned model that is lost on the way back."""
+"""Client faults: a sender that fails before sending, a returned model that is lost on the way back. The
+:class:`~lit_fl.federation.ledger.CommunicationLedger` draws and applies them to every transfer."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import numpy as np
 
 from lit_fl.errors import ConfigError
 
@@ -32,11 +31,3 @@ class FaultsConfig:
     @property
     def enabled(self) -> bool:
         return self.drop_prob > 0 or self.return_drop_prob > 0
-
-
-def draw_failures(probability: float, count: int, rng: np.random.Generator) -> np.ndarray:
-    """``count`` independent failures with ``probability`` (no draw at all when the probability is 0, so
-    enabling faults never changes the other random streams)."""
-    if probability <= 0 or count == 0:
-        return np.zeros(count, dtype=bool)
-    return rng.random(count) < probability

@@ -1,12 +1,22 @@
-"""Communication ledger: megabytes of model weights sent to and returned from the aggregator."""
+"""Communication ledger: the one place models travel. It counts the megabytes of every transfer and applies the
+configured client faults (``faults.*``), so every method, a user's included, fails the same way without code of its
+own: a sender that fails sends nothing, a returned model can be lost on the way back."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 from weakref import WeakKeyDictionary
 
 from torch import Tensor, nn
+
+from lit_fl.federation.faults import FaultsConfig
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from lit_fl.federation.state import Federation
 
 MB = 1024 * 1024
 
@@ -37,30 +47,100 @@ class Payload(nn.Module):
 
 
 @dataclass
+class RoundFaults:
+    """Failures of one round, logged as ``dropped_senders`` and ``lost_returns``."""
+
+    dropped_senders: int = 0
+    lost_returns: int = 0
+
+    def as_metrics(self) -> dict[str, float]:
+        return {"dropped_senders": float(self.dropped_senders), "lost_returns": float(self.lost_returns)}
+
+
+@dataclass
 class CommunicationLedger:
-    """Per-round and cumulative traffic. ``sent`` = senders -> aggregator, ``returned`` = aggregator -> senders."""
+    """Per-round and cumulative traffic. ``sent`` = towards an aggregator, a peer or a server, ``returned`` = back.
+
+    With ``faults`` (and the federation's fault stream ``rng``; :meth:`of` takes both from a federation) every
+    transfer may fail: :meth:`send` returns False when the source failed before sending (``faults.drop_prob``:
+    nothing travels), :meth:`give_back` returns False when the returned model is lost on the way
+    (``faults.return_drop_prob``: it travelled, and is lost). A method uses a model only if its transfer returned
+    True. Each source-target link fails at most once per round: :meth:`reaches` draws (or recalls) whether a source
+    reaches a target before anything is sent, e.g. to leave a failed peer out of a computation first.
+    :attr:`round_faults` counts the round's failures (the round loop logs them for every method).
+    """
 
     total_mb: float = 0.0
     round_sent_mb: float = 0.0
     round_returned_mb: float = 0.0
     transfers: list[tuple[int, int, float]] = field(default_factory=list)
+    faults: FaultsConfig = field(default_factory=FaultsConfig)
+    rng: np.random.Generator | None = None
+    round_faults: RoundFaults = field(default_factory=RoundFaults)
+    _links: dict[tuple[int, int], bool] = field(default_factory=dict, repr=False)
+    _returns: dict[tuple[int, int], bool] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def of(cls, federation: Federation) -> CommunicationLedger:
+        """A ledger applying ``federation``'s faults, drawn from its fault stream (restored on resume)."""
+        return cls(faults=federation.faults, rng=federation.rng.faults)
 
     def start_round(self) -> None:
         self.round_sent_mb = self.round_returned_mb = 0.0
         self.transfers = []
+        self.round_faults = RoundFaults()
+        self._links, self._returns = {}, {}
 
-    def send(self, source: int, target: int, model: nn.Module, hops: int = 1) -> None:
-        """``model`` travels from ``source`` to ``target`` over ``hops`` links; every link carries it once."""
+    def reaches(self, source: int, target: int) -> bool:
+        """Whether ``source`` reaches ``target`` this round (False: it fails before sending, ``faults.drop_prob``);
+        drawn at the link's first use in the round, recalled after."""
+        link = (source, target)
+        if link not in self._links:
+            failed = self._fails(self.faults.drop_prob)
+            self._links[link] = not failed
+            self.round_faults.dropped_senders += int(failed)
+        return self._links[link]
+
+    def returns(self, source: int, target: int) -> bool:
+        """Whether a model returned from ``source`` to ``target`` this round arrives (``faults.return_drop_prob``);
+        drawn at first use in the round, recalled after."""
+        link = (source, target)
+        if link not in self._returns:
+            lost = self._fails(self.faults.return_drop_prob)
+            self._returns[link] = not lost
+            self.round_faults.lost_returns += int(lost)
+        return self._returns[link]
+
+    def send(self, source: int, target: int, model: nn.Module, hops: int = 1) -> bool:
+        """``model`` travels from ``source`` to ``target`` over ``hops`` links (every link carries it once); False,
+        and nothing travels, when the source failed (:meth:`reaches`)."""
+        if not self.reaches(source, target):
+            return False
+        self._record(source, target, model, hops, returned=False)
+        return True
+
+    def give_back(self, source: int, target: int, model: nn.Module, hops: int = 1) -> bool:
+        """``model`` travels back from ``source`` to ``target``; False when it was lost on the way (:meth:`returns`):
+        the traffic is spent, the target does not get it."""
+        self._record(source, target, model, hops, returned=True)
+        return self.returns(source, target)
+
+    def _record(self, source: int, target: int, model: nn.Module, hops: int, returned: bool) -> None:
         mb = model_megabytes(model) * hops
-        self.round_sent_mb += mb
+        if returned:
+            self.round_returned_mb += mb
+        else:
+            self.round_sent_mb += mb
         self.total_mb += mb
         self.transfers.append((source, target, mb))
 
-    def give_back(self, source: int, target: int, model: nn.Module, hops: int = 1) -> None:
-        mb = model_megabytes(model) * hops
-        self.round_returned_mb += mb
-        self.total_mb += mb
-        self.transfers.append((source, target, mb))
+    def _fails(self, probability: float) -> bool:
+        """One failure draw (no draw at all when the probability is 0, so faults off never move the stream)."""
+        if probability <= 0:
+            return False
+        if self.rng is None:
+            raise RuntimeError("faults are on but the ledger has no fault stream: build it with CommunicationLedger.of")
+        return bool(self.rng.random() < probability)
 
     @property
     def round_mb(self) -> float:

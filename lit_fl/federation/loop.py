@@ -55,6 +55,7 @@ class RoundLoop:
     ) -> None:
         self.federation, self.algorithm, self.runner = federation, algorithm, runner
         self.evaluator, self.ledger = evaluator, ledger
+        ledger.faults, ledger.rng = federation.faults, federation.rng.faults  # the federation's faults, every method
         self.rounds, self.eval_every, self.checkpoint_every = rounds, eval_every, checkpoint_every
         self.save_checkpoint = save_checkpoint
         self.sinks = sinks or []
@@ -103,6 +104,7 @@ class RoundLoop:
             "num_participants": result.num_participants
             if result.num_participants is not None
             else len(result.senders) + (result.aggregator is not None),
+            **self.ledger.round_faults.as_metrics(),  # every method's transfers fail in the ledger
             **result.extra,
         }
         for sink in self.sinks:
