@@ -22,7 +22,7 @@ mutate:  ## break the science on purpose, one semantic mutation at a time (tests
 	$(PYTHON) tests/mutation/run.py $(MUTATIONS)
 
 lint:
-	$(PYTHON) -m ruff check lit_fl tests benchmarks
+	$(PYTHON) -m ruff check lit_fl tests benchmarks examples
 
 bench:  ## every benchmark: round time, FedAvg vs plain loop, scale, CLI latency, 2 processes vs 1, evaluation floor, kernels per phase, GPU s/round (~40 min on 2 cores)
 	$(PYTHON) benchmarks/round_time.py

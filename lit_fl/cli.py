@@ -32,6 +32,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command not in COMMANDS:
         print(f"lit-fl: error: unknown command {command!r}; allowed: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
+    from lit_fl.user_code import working_directory_importable
+
+    working_directory_importable()  # a config may name the user's own code (gossip.Gossip), as with python -m
     module = importlib.import_module(COMMANDS[command][0])
     return int(module.main(rest))
 

@@ -69,9 +69,8 @@ def main(argv: Sequence[str]) -> int:
     """``lit-fl fit ARGV``. Exit status: 0 completed, 75 interrupted (Ctrl-C, SIGTERM, SIGUSR1: resume it), 1 failed
     (a crash: the traceback is printed, summary.json says failed, the last checkpoint stays), 2 bad input (one
     line, nothing written), 130 aborted (a second Ctrl-C)."""
-    from lit_fl.user_code import failed_user_import, working_directory_importable
+    from lit_fl.user_code import failed_user_import
 
-    working_directory_importable()  # a user's algorithm.class_path: gossip.Gossip, as with python -m
     parser = fit_parser()
     try:
         cfg = parser.parse_args(with_run_config(resolve_config_files(argv)))
