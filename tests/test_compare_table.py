@@ -51,3 +51,34 @@ def test_seeds_that_never_reach_the_target_are_left_out_of_its_columns() -> None
     assert row.reached == 1
     assert row.rounds_to_target.mean == 2.0 and row.rounds_to_target.std == 0.0
     assert row.mb_to_target.mean == 4.0
+
+
+def loss_run(seed: int, losses: list[float]) -> RunResult:
+    rows = [{"round": float(r), "global_acc": 0.5, "train_loss": v, "dropped_senders": float(r % 2),
+             "comm_mb": 2.0 * r} for r, v in enumerate(losses, 1)]
+    return RunResult(name=f"s{seed}", path=Path(f"s{seed}"), params={}, seed=seed, rows=rows)
+
+
+def test_a_loss_is_a_number_whose_best_is_its_minimum_and_whose_target_is_reached_from_above() -> None:
+    from lit_fl.suite.compare.table import header, to_markdown
+
+    runs = [loss_run(0, [2.0, 0.9, 1.2]), loss_run(1, [1.5, 1.1, 0.7])]
+    comparison = Comparison("t", [Group("m", {}, runs)], paper=None, metric="train_loss", source=Path("."))
+    (row,) = table_rows(comparison, 1.0)
+    assert row.best.mean == pytest.approx((0.9 + 0.7) / 2) and row.final.mean == pytest.approx((1.2 + 0.7) / 2)
+    assert row.rounds_to_target.mean == pytest.approx((2 + 3) / 2)  # 0.9 <= 1 at round 2, 0.7 <= 1 at round 3
+    assert header(comparison, 1.0)[3] == "final train_loss"  # a number, not a percentage
+    assert "0.95 ± 0.3536" in to_markdown(comparison, 1.0)
+    accuracy = Comparison("t", [Group("m", {}, runs)], paper=None, metric="global_acc", source=Path("."))
+    assert header(accuracy, 0.8)[3] == "final global_acc (%)" and "50.00 ± 0.00" in to_markdown(accuracy, 0.8)
+
+
+def test_the_dashboard_plots_every_numeric_column(tmp_path: Path) -> None:
+    from lit_fl.suite.compare.curves import every_numeric_column
+    from lit_fl.suite.compare.dashboard import write_dashboard
+
+    comparison = Comparison("t", [Group("m", {}, [loss_run(0, [2.0, 1.0])])], paper=None, metric="global_acc",
+                            source=Path("."))
+    assert every_numeric_column(comparison) == ["global_acc", "dropped_senders", "train_loss"]
+    ids = write_dashboard(comparison, "", tmp_path / "d.html")
+    assert len(ids) == 6 and "train_loss vs communication round" in (tmp_path / "d.html").read_text()

@@ -7,6 +7,7 @@ CSV, LaTeX) of a set of runs, seeds pooled per configuration, the paper's number
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,7 +23,9 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("paths", nargs="+", type=Path, help="a sweep directory (runs/sweeps/NAME), or run directories")
     p.add_argument("--out", type=Path, default=None, help="output folder (default: SWEEP_DIR/compare or ./compare)")
-    p.add_argument("--target", type=float, default=0.8, help="target accuracy for rounds/MB to target (0.8)")
+    p.add_argument("--target", type=float, default=0.8,
+                   help="target of --metric for rounds/MB to target (0.8; an accuracy in (0, 1], a loss is reached "
+                        "from above)")
     p.add_argument("--metric", default=None, help="table metric (default: the sweep's, else global_acc)")
     return p
 
@@ -40,13 +43,17 @@ def compare(args: argparse.Namespace) -> int:
     from lit_fl.io import atomic_write_text
     from lit_fl.suite.compare.dashboard import write_dashboard
     from lit_fl.suite.compare.figures import write_figures
+    from lit_fl.suite.compare.metric_kind import MetricKind
     from lit_fl.suite.compare.results import load_comparison
     from lit_fl.suite.compare.table import to_csv, to_html, to_latex, to_markdown
     from lit_fl.suite.manifest import is_sweep_dir
 
-    if not 0.0 < args.target <= 1.0:
-        raise ConfigError(f"--target must be an accuracy in (0, 1], got {args.target}")
+    if not math.isfinite(args.target):
+        raise ConfigError(f"--target must be a finite number, got {args.target}")
     comparison = load_comparison(args.paths, args.metric)
+    if MetricKind(comparison.metric).is_accuracy and not 0.0 < args.target <= 1.0:
+        raise ConfigError(f"--target: {comparison.metric} is an accuracy, so the target must be in (0, 1]; "
+                          f"got {args.target}")
     out = args.out or (args.paths[0] / "compare" if is_sweep_dir(args.paths[0]) else Path("compare"))
     out.mkdir(parents=True, exist_ok=True)
     markdown = to_markdown(comparison, args.target)

@@ -47,6 +47,19 @@ def panels(comparison: Comparison) -> list[str]:
     return out
 
 
+def every_numeric_column(comparison: Comparison) -> list[str]:
+    """:func:`panels` first, then every other numeric column of metrics.csv (losses, counts, timings, a method's
+    own metrics), for the dashboard; the x axes (round, comm_mb) are not panels."""
+    main = panels(comparison)
+    columns: dict[str, None] = {}
+    for run in comparison.runs:
+        for row in run.rows:
+            for key, value in row.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and key not in X_AXES:
+                    columns.setdefault(key, None)
+    return main + sorted(k for k in columns if k not in main)
+
+
 def title(metric: str) -> str:
     if metric.startswith("acc/"):
         return f"Global accuracy of {metric[4:]} clients"

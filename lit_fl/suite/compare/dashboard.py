@@ -1,6 +1,7 @@
 """The self-contained HTML dashboard: plotly figures with plotly.js inlined, so the file opens offline.
 
-Per metric two figures, against round and against cumulative MB: per configuration the mean over seeds as a
+Per metric (the accuracy panels first, then every other numeric column of metrics.csv) two figures, against round
+and against cumulative MB: per configuration the mean over seeds as a
 line with a +- std band, and every seed as a thin line that the legend switches on (hover: run name, value).
 """
 
@@ -13,7 +14,7 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from lit_fl.io import atomic_write_text
-from lit_fl.suite.compare.curves import X_AXES, curve, panels, title
+from lit_fl.suite.compare.curves import X_AXES, curve, every_numeric_column, title
 from lit_fl.suite.compare.results import Comparison
 
 PLOT_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2}}
@@ -60,7 +61,7 @@ def figure(comparison: Comparison, metric: str, axis: str) -> go.Figure:
 def write_dashboard(comparison: Comparison, table_html: str, path: Path) -> list[str]:
     """Write the dashboard; returns the ids of its figures (one div each)."""
     divs, ids = [], []
-    for metric in panels(comparison):
+    for metric in every_numeric_column(comparison):
         for axis in X_AXES:
             div_id = f"fig-{len(ids)}"
             ids.append(div_id)

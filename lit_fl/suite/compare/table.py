@@ -9,6 +9,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
+from lit_fl.suite.compare.metric_kind import MetricKind
 from lit_fl.suite.compare.results import Comparison, Group, RunResult, paper_value_of
 
 
@@ -31,7 +32,11 @@ class Stat:
         return statistics.stdev(self.kept) if len(self.kept) > 1 else 0.0 if self.kept else math.nan
 
     def percent(self) -> str:
-        return "-" if not self.kept else f"{100 * self.mean:.2f} ± {100 * self.std:.2f}"
+        return self.shown(MetricKind("acc"))
+
+    def shown(self, kind: MetricKind) -> str:
+        """``mean ± std`` in the unit of the metric's kind (``-`` when no seed has a value)."""
+        return "-" if not self.kept else kind.format(self.mean, self.std)
 
     def plain(self, digits: int = 1, style: str = "f") -> str:
         return "-" if not self.kept else f"{self.mean:.{digits}{style}} ± {self.std:.{digits}{style}}"
@@ -39,6 +44,7 @@ class Stat:
 
 @dataclass
 class TableRow:
+    kind: MetricKind
     label: str
     seeds: int
     rounds: int
@@ -51,9 +57,11 @@ class TableRow:
 
 
 def first_reach(run: RunResult, metric: str, target: float) -> tuple[float, float]:
-    """``(round, comm_mb)`` of the first evaluated round at which ``metric >= target`` (NaN when never)."""
+    """``(round, comm_mb)`` of the first evaluated round at which ``metric`` reaches ``target`` (``>=``; ``<=`` for
+    a loss), NaN when never."""
+    kind = MetricKind(metric)
     for row in run.rows:
-        if row.get(metric, math.nan) >= target:
+        if kind.reaches(row.get(metric, math.nan), target):
             return float(row["round"]), float(row.get("comm_mb", math.nan))
     return math.nan, math.nan
 
@@ -64,10 +72,12 @@ def table_rows(comparison: Comparison, target: float) -> list[TableRow]:
 
 def _row(comparison: Comparison, group: Group, target: float) -> TableRow:
     metric = comparison.metric
+    kind = MetricKind(metric)
     finals = [run.rows[-1].get(metric, math.nan) for run in group.runs]
-    bests = [max((v for v in run.column(metric) if not math.isnan(v)), default=math.nan) for run in group.runs]
+    bests = [kind.best(run.column(metric)) for run in group.runs]
     reach = [first_reach(run, metric, target) for run in group.runs]
     return TableRow(
+        kind=kind,
         label=group.label,
         seeds=len(group.runs),
         rounds=max(int(run.rows[-1]["round"]) for run in group.runs),
@@ -81,10 +91,10 @@ def _row(comparison: Comparison, group: Group, target: float) -> TableRow:
 
 
 def header(comparison: Comparison, target: float) -> list[str]:
-    metric = comparison.metric
+    metric, unit = comparison.metric, MetricKind(comparison.metric).unit
     return [
-        "configuration", "seeds", "rounds", f"final {metric} (%)", f"best {metric} (%)",
-        f"rounds to {target:g}", f"MB to {target:g}", "paper (%)",
+        "configuration", "seeds", "rounds", f"final {metric}{unit}", f"best {metric}{unit}",
+        f"rounds to {target:g}", f"MB to {target:g}", f"paper{unit}",
     ]
 
 
@@ -94,11 +104,11 @@ def _cells(row: TableRow) -> list[str]:
         row.label,
         str(row.seeds),
         str(row.rounds),
-        row.final.percent(),
-        row.best.percent(),
+        row.final.shown(row.kind),
+        row.best.shown(row.kind),
         row.rounds_to_target.plain(1) + reached if row.reached else "not reached",
         row.mb_to_target.plain(3, "g") + reached if row.reached else "not reached",
-        "-" if row.paper is None else f"{100 * row.paper:.2f}",
+        "-" if row.paper is None else (f"{100 * row.paper:.2f}" if row.kind.is_accuracy else f"{row.paper:.4g}"),
     ]
 
 
