@@ -70,3 +70,30 @@ def test_bad_precision_and_devices_are_refused() -> None:
             StepRunner(accelerator="cpu", precision="16-mixed")
     with pytest.raises(ValueError, match="trainer.devices"):
         StepRunner(accelerator="cpu", devices=0)
+
+
+class OwnStep(L.LightningModule):
+    """A user's step that keeps no loss counter: ``train`` averages what ``training_step`` returns."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.model = torch.nn.Linear(3, 2)
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        return torch.nn.functional.cross_entropy(self.model(x), y)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.0)  # lr 0: every batch's loss is the starting model's
+
+
+def test_train_returns_the_phase_mean_loss_with_or_without_the_steps_own_counter() -> None:
+    torch.manual_seed(0)
+    batches = [(torch.randn(5, 3), torch.randint(0, 2, (5,))) for _ in range(3)]
+    own = OwnStep()
+    expected = sum(float(torch.nn.functional.cross_entropy(own.model(x), y)) for x, y in batches) / 3
+    assert StepRunner("cpu").train(own, batches) == pytest.approx(expected, rel=1e-6)
+    assert StepRunner("cpu").train(OwnStep(), []) == 0.0
+    step = _step(torch.nn.Linear(5, 3))
+    mean = StepRunner("cpu").train(step, _batches())
+    assert mean == float(step.loss_sum) / step.num_batches

@@ -216,9 +216,9 @@ def test_learning_rate_decays_per_round() -> None:
     used = []
 
     class SpyRunner:
-        def fit(self, step, batches):  # noqa: ANN001, ANN202
+        def train(self, step, batches):  # noqa: ANN001, ANN202
             used.append(step.configure_optimizers().param_groups[0]["lr"])
-            return step
+            return 0.0
 
     for round_ in (1, 2, 3):
         result = algo.run_round(round_, fed, SpyRunner(), CommunicationLedger())

@@ -175,8 +175,7 @@ class Algorithm(ABC):
 
     def _fit_local(self, client: Client, batches: Iterable[tuple[Tensor, Tensor]], runner: StepRunner) -> float:
         step = steps.LocalTraining(client.model, client.class_proportions, self.loss, self.optimizer, self.prox_mu)
-        runner.fit(step, batches)
-        return float(step.loss_sum) / max(step.num_batches, 1)
+        return runner.train(step, batches)
 
 
 eager_init_annotations(Algorithm)  # subclasses: __init_subclass__

@@ -258,8 +258,7 @@ class Codistillation(Algorithm):
         if self.local_epochs == 0 or client.num_train == 0:
             return float("nan")
         step = steps.LocalTraining(model, client.class_proportions, self.loss, self.optimizer)
-        runner.fit(step, self.batches(federation, client.train_idx, self.local_epochs))
-        return float(step.loss_sum) / max(step.num_batches, 1)
+        return runner.train(step, self.batches(federation, client.train_idx, self.local_epochs))
 
     @abstractmethod
     def server_update(
@@ -305,8 +304,7 @@ class Codistillation(Algorithm):
             temperature=self.temperature,
             student_reg=self.student_reg,
         )
-        runner.fit(step, self.distill_batches(federation))
-        loss = float(step.loss_sum) / max(step.num_batches, 1) / len(POOLS)
+        loss = runner.train(step, self.distill_batches(federation)) / len(POOLS)
         return dict(zip(POOLS, students)), loss
 
     def distill_batches(self, federation: Federation) -> Iterator[tuple[Tensor, Tensor]]:

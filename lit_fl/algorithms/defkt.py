@@ -199,7 +199,6 @@ class DefKT(PairwiseExchange):
                 kl_weight=self.kl_weight,
                 optimizer=self.optimizer,
             )
-            runner.fit(step, self.batches(federation, receiver.train_idx, self.fusion_epochs))
-            loss = float(step.loss_sum) / max(step.num_batches, 1)
+            loss = runner.train(step, self.batches(federation, receiver.train_idx, self.fusion_epochs))
         receiver.set_weights(received.state_dict())  # "store w~ as the local model" (Algorithm 1)
         return loss

@@ -143,8 +143,7 @@ class DFML(DecentralizedAlgorithm):
             optimizer=self.optimizer,
         )
         batches = self.batches(federation, aggregator.train_idx, self.mutual_epochs)
-        runner.fit(step, batches, owners=[c.id for c in clients])
-        return float(step.loss_sum) / max(step.num_batches, 1)
+        return runner.train(step, batches, owners=[c.id for c in clients])
 
     def noise_distillation(self, clients: list, federation: Federation, runner: StepRunner) -> float:
         """The data-free extension (``noise_batches``): participants distil from each other on Gaussian noise."""
@@ -170,6 +169,5 @@ class DFML(DecentralizedAlgorithm):
             runner.device,
             channels_last=x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last),
         )
-        runner.fit(step, noise)
-        return float(step.loss_sum) / max(step.num_batches, 1)
+        return runner.train(step, noise)
 

@@ -278,16 +278,14 @@ class FedORION(Algorithm):
             optimizer=self.optimizer,
             model_optimizers=[None, self.global_optimizer],  # theta_i at eta_i, theta_gi at eta_g
         )
-        runner.fit(step, self.batches(federation, client.train_idx, self.local_epochs))
-        return float(step.loss_sum) / max(step.num_batches, 1)
+        return runner.train(step, self.batches(federation, client.train_idx, self.local_epochs))
 
     def _local_only(self, client: Client, federation: Federation, runner: StepRunner) -> float:
         """A no-DML client trains its local model (the received global model) alone."""
         if self.local_epochs == 0 or client.num_train == 0:
             return float("nan")
         step = steps.LocalTraining(client.model, client.class_proportions, self.loss, self.optimizer)
-        runner.fit(step, self.batches(federation, client.train_idx, self.local_epochs))
-        return float(step.loss_sum) / max(step.num_batches, 1)
+        return runner.train(step, self.batches(federation, client.train_idx, self.local_epochs))
 
     def distill(self, server: nn.Module, teachers: list[Client], federation: Federation, runner: StepRunner) -> float:
         """Eq. 3 for ``server_epochs * noise_steps`` noise batches; returns the mean ``L_KD``."""
@@ -309,8 +307,7 @@ class FedORION(Algorithm):
             runner.device,
             channels_last=_memory_format(server) == torch.channels_last,
         )
-        runner.fit(step, noise)
-        return float(step.loss_sum) / max(step.num_batches, 1)
+        return runner.train(step, noise)
 
     # -- checkpoint --------------------------------------------------------------------------------------
 

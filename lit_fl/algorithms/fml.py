@@ -115,8 +115,7 @@ class DecentralizedFML(DecentralizedAlgorithm):
             optimizer=self.optimizer,
             loss_weights=[(self.fml_alpha, 1.0 - self.fml_alpha), (self.fml_beta, 1.0 - self.fml_beta)],
         )
-        runner.fit(step, self.batches(federation, client.train_idx, self.mutual_epochs))
-        return float(step.loss_sum) / max(step.num_batches, 1)
+        return runner.train(step, self.batches(federation, client.train_idx, self.mutual_epochs))
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "meme_arch": self.meme_arch}

@@ -93,8 +93,7 @@ class Local(Algorithm):
         """Run ``step`` for ``local_epochs`` over the client's train split; the mean loss (NaN if no batch)."""
         if self.local_epochs == 0 or client.num_train == 0:
             return math.nan
-        runner.fit(step, self.batches(federation, client.train_idx, self.local_epochs))
-        return float(step.loss_sum) / max(step.num_batches, 1)
+        return runner.train(step, self.batches(federation, client.train_idx, self.local_epochs))
 
     def round_result(
         self, federation: Federation, losses: list[float], optimizer: SGDConfig, **extra: float
