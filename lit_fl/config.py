@@ -115,10 +115,11 @@ class TrainerConfig:
         strategy: auto or ddp: both run ddp when devices x num_nodes > 1, one process otherwise.
         precision: 32-true, bf16-mixed or 16-mixed (GPU only; with several processes each keeps its own
             gradient scaler, so 16-mixed results depend on the process count: bf16-mixed needs no scaler).
-        fuse: run the models of one architecture that learn from the same batch (DFML's mutual learning, deep
-            mutual learning, noise distillation) as one vectorised module: ``on``, ``off``, or ``auto`` = on
-            where it is faster, on a GPU (a round of small models is bound by kernel launches there), off on a
-            CPU. Same math within float32 rounding; one process only (several processes run unfused).
+        fuse: run the models of one architecture as one vectorised module where they learn from the same batch
+            (DFML's mutual learning, deep mutual learning, noise distillation), train on their own data (local
+            training; not models with BatchNorm) and are evaluated: ``on``, ``off``, or ``auto`` = on where it
+            is faster, on a GPU (a round of small models is bound by kernel launches there), off on a CPU. Same
+            math within float32 rounding; one process only (several processes run unfused).
     """
 
     accelerator: str = "auto"
