@@ -33,6 +33,7 @@ from lit_fl.algorithms import DecentralizedFedAvg
 from lit_fl.config import DataConfig, ModelsConfig
 from lit_fl.data import load_dataset
 from lit_fl.federation.builder import build_federation
+from lit_fl.federation.callbacks import MetricsFile
 from lit_fl.federation.checkpoint import save_checkpoint
 from lit_fl.federation.evaluation import Evaluator
 from lit_fl.federation.ledger import CommunicationLedger
@@ -104,7 +105,7 @@ def one_repeat(num_clients: int, rounds: int, workdir: Path) -> tuple[Times, Tim
     runner, ledger, evaluator = StepRunner(accelerator="cpu"), CommunicationLedger(), Evaluator()
     csv = MetricsCSV(workdir / f"metrics-{num_clients}.csv")
     ckpt = workdir / f"last-{num_clients}.ckpt"
-    loop = RoundLoop(fed, algorithm, runner, evaluator, ledger, rounds, sinks=[lambda row, r: csv.append(row)])
+    loop = RoundLoop(fed, algorithm, runner, evaluator, ledger, rounds, callbacks=[MetricsFile(csv)])
     lit, ref = Times(), Times()
     g = torch.Generator().manual_seed(0)
     for round_ in range(1, rounds + 1):

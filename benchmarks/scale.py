@@ -72,6 +72,7 @@ def bench_rounds(num_clients: int, rounds: int) -> None:
     from lit_fl.config import DataConfig, ModelsConfig
     from lit_fl.data import load_dataset
     from lit_fl.federation.builder import build_federation
+    from lit_fl.federation.callbacks import MetricsFile
     from lit_fl.federation.checkpoint import save_checkpoint
     from lit_fl.federation.evaluation import Evaluator
     from lit_fl.federation.ledger import CommunicationLedger
@@ -104,8 +105,7 @@ def bench_rounds(num_clients: int, rounds: int) -> None:
         runner.fit = timed_fit  # type: ignore[method-assign]
         with tempfile.TemporaryDirectory() as tmp:
             csv = MetricsCSV(Path(tmp) / "metrics.csv")
-            sinks = [lambda row, r, _csv=csv: _csv.append(row)]
-            loop = RoundLoop(fed, algorithm, runner, evaluator, ledger, rounds, sinks=sinks)
+            loop = RoundLoop(fed, algorithm, runner, evaluator, ledger, rounds, callbacks=[MetricsFile(csv)])
             for round_ in range(1, rounds + 1):
                 fit_s[0] = 0.0
                 start = time.perf_counter()

@@ -28,6 +28,7 @@ from lit_fl.federation.faults import FaultsConfig
 from lit_fl.federation.topology import TopologyConfig
 from lit_fl.io import atomic_write_text, strict_json
 from lit_fl.lazy import eager_init_annotations
+from lit_fl.run_dir import RunDir
 from lit_fl.tracking import MetricsCSV, RoundProgress, WandbTracker
 
 if TYPE_CHECKING:
@@ -99,7 +100,7 @@ class Experiment:
         (stopped before its first round ended) resumes from round 0."""
         if resume:
             path = Path(resume)
-            if not path.is_dir() or not ((path / "checkpoints" / "last.ckpt").is_file() or _started_here(path)):
+            if not path.is_dir() or not (RunDir(path).has_checkpoint() or RunDir(path).started_here()):
                 raise ConfigError(f"--resume: no run directory with a checkpoint at {path}")
             return path
         name = self.name or f"{self.algorithm.name.lower()}-{self.data.dataset}-{datetime.now():%Y%m%d-%H%M%S}"
@@ -141,7 +142,8 @@ class Experiment:
 
     def fit(self, config: dict[str, Any], resume: str | None = None) -> dict[str, Any]:
         """Run (or continue) the experiment; ``config`` is the resolved config written to config.yaml."""
-        from lit_fl.federation.checkpoint import load_checkpoint, save_checkpoint
+        from lit_fl.federation.callbacks import Checkpointer, MetricsFile, ProgressDisplay, WandbLog
+        from lit_fl.federation.checkpoint import load_checkpoint
         from lit_fl.federation.evaluation import Evaluator
         from lit_fl.federation.ledger import CommunicationLedger
         from lit_fl.federation.loop import RoundLoop
@@ -152,7 +154,8 @@ class Experiment:
         if not runner.is_global_zero:
             return self._fit_follower(federation, runner, run_path, resume)
         ledger = CommunicationLedger.of(federation)
-        ckpt_path = run_path / "checkpoints" / "last.ckpt"
+        run = RunDir(run_path)
+        ckpt_path = run.checkpoint
         extra: dict[str, Any] = {}
         if resume and ckpt_path.is_file():
             extra = load_checkpoint(ckpt_path, federation, self.algorithm, ledger)
@@ -160,10 +163,10 @@ class Experiment:
             print(rounds_note, file=sys.stderr)
         run_path.mkdir(parents=True, exist_ok=True)
         config = {**config, "run_dir": str(run_path.parent), "name": run_path.name}
-        atomic_write_text(run_path / "config.yaml", yaml.safe_dump(config, sort_keys=False))
+        atomic_write_text(run.config, yaml.safe_dump(config, sort_keys=False))
 
-        csv = MetricsCSV(run_path / "metrics.csv")
-        history = csv.truncate_after(federation.round) if resume else []
+        csv = MetricsCSV(run.metrics)
+        earlier = csv.truncate_after(federation.round) if resume else []  # the rows before a resume point
         tracker = self._start_wandb(run_path, config, extra.get("wandb_id"))
         progress = RoundProgress(self.rounds, federation.round + 1, f"{self.algorithm.name}", self.logger.progress)
         elapsed_before = float(extra.get("wall_s", 0.0))
@@ -172,18 +175,13 @@ class Experiment:
         def wall_s() -> float:
             return elapsed_before + time.perf_counter() - start
 
-        def checkpoint() -> None:
-            state = {"wandb_id": tracker.run_id if tracker else extra.get("wandb_id"), "wall_s": wall_s()}
-            save_checkpoint(ckpt_path, federation, self.algorithm, ledger, state)
+        def checkpoint_extra() -> dict[str, Any]:
+            return {"wandb_id": tracker.run_id if tracker else extra.get("wandb_id"), "wall_s": wall_s()}
 
-        def on_round(row: dict[str, float], round_: int) -> None:
-            if row:
-                csv.append(row)
-                history.append(row)
-                if tracker:
-                    tracker.log(row, round_)
-            progress.update(round_, row or None)
-
+        callbacks = [MetricsFile(csv), ProgressDisplay(progress),
+                     Checkpointer(ckpt_path, federation, self.algorithm, ledger, checkpoint_extra)]
+        if tracker:
+            callbacks.insert(1, WandbLog(tracker))
         loop = RoundLoop(
             federation,
             self.algorithm,
@@ -193,8 +191,7 @@ class Experiment:
             self.rounds,
             self.eval_every,
             self.checkpoint_every,
-            checkpoint,
-            [on_round],
+            callbacks,
         )
         status = "failed"
         error: str | None = None
@@ -209,7 +206,7 @@ class Experiment:
             raise
         finally:
             progress.close()
-            summary = _summary(history, status, federation.round, self.rounds, wall_s(), ledger.total_mb)
+            summary = _summary(earlier + loop.history, status, federation.round, self.rounds, wall_s(), ledger.total_mb)
             summary["run_dir"] = str(run_path)
             summary["topology"] = federation.topology.name
             if loop.stop_signal:
@@ -217,7 +214,7 @@ class Experiment:
             if error:
                 summary["error"] = error
             fault_point("summary")
-            atomic_write_text(run_path / "summary.json", strict_json(summary))
+            atomic_write_text(run.summary, strict_json(summary))
             if tracker:
                 tracker.summarize(summary)
                 tracker.finish(exit_code=0 if status != "failed" else 1)
@@ -234,7 +231,7 @@ class Experiment:
         from lit_fl.federation.loop import RoundLoop
 
         ledger = CommunicationLedger.of(federation)
-        ckpt_path = run_path / "checkpoints" / "last.ckpt"
+        ckpt_path = RunDir(run_path).checkpoint
         if resume and ckpt_path.is_file():
             load_checkpoint(ckpt_path, federation, self.algorithm, ledger)
         evaluator = Evaluator(autocast=runner.autocast, placement=runner.placement, fuse=runner.fuse)
@@ -308,21 +305,13 @@ def _env_int(name: str) -> int:
     return int(value) if value.isdigit() else 0
 
 
-def _started_here(path: Path) -> bool:
-    """A lit-fl run directory killed before its first checkpoint: it holds nothing but what a run writes first."""
-    names = {p.name for p in path.iterdir()}
-    return names <= {"config.yaml", "checkpoints", "metrics.csv", "wandb"} | {
-        n for n in names if n.startswith(".config.yaml.")
-    }
-
-
 def check_resume_config(run_path: Path, config: dict[str, Any]) -> str | None:
     """Refuse a resume whose config differs from the run's ``config.yaml`` in a key of :data:`RESUME_KEYS` (one
     line naming them); returns the line that says a changed ``rounds`` (``config.yaml`` then records the new one)."""
-    saved_path = run_path / "config.yaml"
+    saved_path = RunDir(run_path).config
     if not saved_path.is_file():
         return None
-    saved = yaml.safe_load(saved_path.read_text()) or {}
+    saved = RunDir(run_path).read_config()
     differing = [key for top in RESUME_KEYS for key in _differences(saved.get(top), config.get(top), top)]
     if differing:
         raise ConfigError(

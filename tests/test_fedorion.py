@@ -306,13 +306,13 @@ def test_selective_dml_clients_train_the_received_global_model() -> None:
     algo.setup(fed)
     assert algo.no_dml == {c.id for c in fed.clients if c.arch == "cnn_8"} and algo.no_dml
     captured = {}
-    original = algo._local_only
+    original = algo.local_training
 
     def spy(client, federation, runner):  # noqa: ANN001, ANN202
         captured[client.id] = full_state(client.model)  # what it trains: the received global model
         return original(client, federation, runner)
 
-    algo._local_only = spy
+    algo.local_training = spy
     server_before = full_state(fed.server[GLOBAL])
     ledger = CommunicationLedger()
     result = algo.run_round(1, fed, cpu(), ledger)

@@ -238,7 +238,7 @@ class FedORION(Algorithm):
             ledger.give_back(-1, cid, server)  # the server broadcasts the global model
             if cid in self.no_dml:
                 client.set_weights(global_state)
-                losses.append(self._local_only(client, federation, runner))
+                losses.append(self.local_training(client, federation, runner))  # no DML: trains alone
                 ledger.send(cid, -1, client.model)
                 theirs = client.model
             else:
@@ -278,13 +278,6 @@ class FedORION(Algorithm):
             optimizer=self.optimizer,
             model_optimizers=[None, self.global_optimizer],  # theta_i at eta_i, theta_gi at eta_g
         )
-        return runner.train(step, self.batches(federation, client.train_idx, self.local_epochs))
-
-    def _local_only(self, client: Client, federation: Federation, runner: StepRunner) -> float:
-        """A no-DML client trains its local model (the received global model) alone."""
-        if self.local_epochs == 0 or client.num_train == 0:
-            return float("nan")
-        step = steps.LocalTraining(client.model, client.class_proportions, self.loss, self.optimizer)
         return runner.train(step, self.batches(federation, client.train_idx, self.local_epochs))
 
     def distill(self, server: nn.Module, teachers: list[Client], federation: Federation, runner: StepRunner) -> float:

@@ -127,8 +127,10 @@ def with_run_config(argv: list[str]) -> list[str]:
     :func:`lit_fl.experiment.check_resume_config`). So ``lit-fl fit --resume runs/NAME`` alone continues a run."""
     from pathlib import Path
 
+    from lit_fl.run_dir import RunDir
+
     run = _option_value(argv, "--resume")
-    stored = Path(run) / "config.yaml" if run else None
+    stored = RunDir(Path(run)).config if run else None
     if stored is None or not stored.is_file():
         return argv
     return ["--config", str(stored), *argv]

@@ -6,11 +6,12 @@ import math
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lit_fl.faultpoints import fault_point
+from lit_fl.federation.callbacks import RoundCallback
 from lit_fl.federation.evaluation import Evaluator
 from lit_fl.federation.ledger import CommunicationLedger
 from lit_fl.federation.state import Federation
@@ -18,9 +19,6 @@ from lit_fl.steps.runner import StepRunner
 
 if TYPE_CHECKING:
     from lit_fl.algorithms.base import Algorithm
-
-MetricSink = Callable[[dict[str, float], int], None]
-
 
 @dataclass
 class LoopOutcome:
@@ -34,8 +32,9 @@ class LoopOutcome:
 class RoundLoop:
     """Runs rounds ``federation.round + 1 .. rounds``.
 
-    After each round: evaluate (every ``eval_every`` rounds and at the last), send the metric row to every
-    sink (metrics.csv, W&B, progress), checkpoint every ``checkpoint_every`` rounds. The first Ctrl-C (or SIGTERM,
+    After each round: evaluate (every ``eval_every`` rounds and at the last), hand the metric row to every
+    callback (:mod:`lit_fl.federation.callbacks`: metrics.csv, W&B, progress) and keep it in :attr:`history`;
+    ask the callbacks for a checkpoint every ``checkpoint_every`` rounds. The first Ctrl-C (or SIGTERM,
     SIGUSR1) lets the running round finish, checkpoints it and stops; a second one aborts at once (the last
     checkpoint on disk stays intact because checkpoints are written atomically).
     """
@@ -50,32 +49,29 @@ class RoundLoop:
         rounds: int,
         eval_every: int = 1,
         checkpoint_every: int = 1,
-        save_checkpoint: Callable[[], None] | None = None,
-        sinks: list[MetricSink] | None = None,
+        callbacks: Sequence[RoundCallback] = (),
     ) -> None:
         self.federation, self.algorithm, self.runner = federation, algorithm, runner
         self.evaluator, self.ledger = evaluator, ledger
         ledger.faults, ledger.rng = federation.faults, federation.rng.faults  # the federation's faults, every method
         self.rounds, self.eval_every, self.checkpoint_every = rounds, eval_every, checkpoint_every
-        self.save_checkpoint = save_checkpoint
-        self.sinks = sinks or []
+        self.callbacks = list(callbacks)
+        #: the metric rows of this loop's evaluated rounds, in order
+        self.history: list[dict[str, float]] = []
         self._stop_requested = False
         self.stop_signal: str | None = None  # the signal that stopped the run (SIGINT, SIGTERM, SIGUSR1)
 
     def run(self) -> LoopOutcome:
-        history: list[dict[str, float]] = []
         with self._graceful_interrupt():
             for round_ in range(self.federation.round + 1, self.rounds + 1):
-                row = self.run_round(round_)
-                if row is not None:
-                    history.append(row)
+                self.run_round(round_)
                 if self.runner.any(self._stop_requested):  # every process stops after the same round
                     self._stop_requested = True
                     self._checkpoint()
-                    return LoopOutcome(round_, interrupted=True, history=history)
+                    return LoopOutcome(round_, interrupted=True, history=self.history)
                 if self.checkpoint_every and (round_ % self.checkpoint_every == 0 or round_ == self.rounds):
                     self._checkpoint()
-        return LoopOutcome(self.federation.round, interrupted=False, history=history)
+        return LoopOutcome(self.federation.round, interrupted=False, history=self.history)
 
     def run_round(self, round_: int) -> dict[str, float] | None:
         """One round, then its metric row if the round is evaluated (``None`` otherwise)."""
@@ -86,8 +82,8 @@ class RoundLoop:
         fault_point(f"round:{round_}")
         self.federation.round = round_
         if round_ % self.eval_every != 0 and round_ != self.rounds:
-            for sink in self.sinks:
-                sink({}, round_)
+            for callback in self.callbacks:
+                callback.on_round(round_, None)
             return None
         start = time.perf_counter()
         metrics = self.evaluator.evaluate(self.federation)
@@ -107,13 +103,14 @@ class RoundLoop:
             **self.ledger.round_faults.as_metrics(),  # every method's transfers fail in the ledger
             **result.extra,
         }
-        for sink in self.sinks:
-            sink(row, round_)
+        self.history.append(row)
+        for callback in self.callbacks:
+            callback.on_round(round_, row)
         return row
 
     def _checkpoint(self) -> None:
-        if self.save_checkpoint is not None:
-            self.save_checkpoint()
+        for callback in self.callbacks:
+            callback.on_checkpoint()
 
     def _graceful_interrupt(self) -> Any:
         loop = self

@@ -7,7 +7,6 @@ in flight stop after their current round with a checkpoint (they receive the sam
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -18,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from lit_fl.run_dir import RunDir
 from lit_fl.suite.manifest import Manifest, SweepRun
 
 
@@ -58,17 +58,12 @@ def visible_gpus() -> list[str]:
 def run_state(sweep_dir: Path, run: SweepRun) -> str:
     """``completed`` (summary says so), ``resumable`` (a checkpoint exists), ``stale`` (a run directory without
     a checkpoint: it stopped before its first round ended) or ``new``."""
-    path = sweep_dir / run.run_dir
-    summary = path / "summary.json"
-    if summary.is_file():
-        try:
-            if json.loads(summary.read_text()).get("status") == "completed":
-                return "completed"
-        except (OSError, ValueError):
-            pass
-    if (path / "checkpoints" / "last.ckpt").is_file():
+    run_dir = RunDir(sweep_dir / run.run_dir)
+    if run_dir.status() == "completed":
+        return "completed"
+    if run_dir.has_checkpoint():
         return "resumable"
-    return "stale" if path.exists() else "new"
+    return "stale" if run_dir.path.exists() else "new"
 
 
 def run_sweep(
@@ -150,11 +145,7 @@ def _die_with_parent() -> None:
 
 
 def _finished_status(sweep_dir: Path, run: SweepRun, returncode: int) -> str:
-    summary = sweep_dir / run.run_dir / "summary.json"
-    try:
-        status = json.loads(summary.read_text()).get("status")
-    except (OSError, ValueError):
-        status = None
+    status = RunDir(sweep_dir / run.run_dir).status()
     if status in ("completed", "interrupted", "failed"):
         return status
     return "interrupted" if returncode in (75, 130, -signal.SIGINT, -signal.SIGTERM) else "failed"
@@ -162,7 +153,7 @@ def _finished_status(sweep_dir: Path, run: SweepRun, returncode: int) -> str:
 
 def _result(sweep_dir: Path, run: SweepRun) -> str:
     try:
-        summary = json.loads((sweep_dir / run.run_dir / "summary.json").read_text())
+        summary = RunDir(sweep_dir / run.run_dir).read_summary() or {}
         return f", global_acc {summary['final']['global_acc']:.4f}"
-    except (OSError, ValueError, KeyError, TypeError):
+    except (KeyError, TypeError):
         return f" (see {sweep_dir / 'logs' / (run.name + '.log')})"

@@ -12,9 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from lit_fl.errors import ConfigError
+from lit_fl.run_dir import RunDir
 from lit_fl.suite.manifest import Manifest, is_sweep_dir
 from lit_fl.suite.paper import Paper, load_paper, paper_row
 from lit_fl.suite.plan import short_value
@@ -69,7 +68,7 @@ def load_comparison(paths: list[Path], metric: str | None = None) -> Comparison:
     for path in paths:
         if not path.exists():
             raise ConfigError(f"compare: {path} does not exist")
-        found = [path] if (path / "metrics.csv").is_file() else sorted(p.parent for p in path.glob("*/metrics.csv"))
+        found = [path] if RunDir(path).has_metrics() else sorted(p.parent for p in path.glob("*/metrics.csv"))
         runs_dirs += found
     runs = [_plain_run(p) for p in runs_dirs]
     runs = [r for r in runs if r.rows]
@@ -87,8 +86,8 @@ def _from_sweep(sweep_dir: Path, metric: str | None) -> Comparison:
     runs = []
     for entry in manifest.runs:
         path = sweep_dir / entry.run_dir
-        if (path / "metrics.csv").is_file():
-            rows = read_metrics(path / "metrics.csv")
+        if RunDir(path).has_metrics():
+            rows = read_metrics(RunDir(path).metrics)
             if rows:
                 params = dict(entry.configuration)
                 runs.append(RunResult(entry.name, path, params, int(entry.params.get("seed", 0)), rows))
@@ -100,9 +99,10 @@ def _from_sweep(sweep_dir: Path, metric: str | None) -> Comparison:
 
 
 def _plain_run(path: Path) -> RunResult:
-    config = yaml.safe_load((path / "config.yaml").read_text()) if (path / "config.yaml").is_file() else {}
-    flat = {k: v for k, v in _flatten(config or {}).items() if k.split(".")[0] not in IGNORED}
-    return RunResult(path.name, path, flat, int((config or {}).get("seed", 0)), read_metrics(path / "metrics.csv"))
+    run_dir = RunDir(path)
+    config = run_dir.read_config()
+    flat = {k: v for k, v in _flatten(config).items() if k.split(".")[0] not in IGNORED}
+    return RunResult(path.name, path, flat, int(config.get("seed", 0)), read_metrics(run_dir.metrics))
 
 
 def _keep_differing(runs: list[RunResult]) -> None:
