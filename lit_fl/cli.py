@@ -1,6 +1,7 @@
 """``lit-fl``: the command line, a thin dispatcher over one module per subcommand.
 
-    lit-fl fit --config experiments/quickstart.yaml [--rounds 5] [--algorithm.alpha_max 0.8] [--resume runs/NAME]
+    lit-fl fit --config experiments/quickstart.yaml [--rounds 5] [--algorithm.alpha_max 0.8]
+    lit-fl fit --resume runs/NAME
 
 Only the chosen subcommand's module is imported, so ``lit-fl --help`` is instant and a command that does not
 train never imports torch or Lightning.

@@ -1,6 +1,7 @@
 """``lit-fl fit``: run one experiment from a config.
 
-    lit-fl fit --config experiments/quickstart.yaml [--rounds 5] [--algorithm.alpha_max 0.8] [--resume runs/NAME]
+    lit-fl fit --config experiments/quickstart.yaml [--rounds 5] [--algorithm.alpha_max 0.8]
+    lit-fl fit --resume runs/NAME [--rounds 40]
 
 Configs follow jsonargparse/LightningCLI conventions: nested keys (``data.beta``), ``class_path`` /
 ``init_args`` for the algorithm, ``--print_config`` to see the fully resolved config. A bad key, type or
@@ -34,7 +35,9 @@ def fit_parser() -> ArgumentParser:
         exit_on_error=False,
     )
     parser.add_argument("--config", action=ActionConfigFile, help="YAML config file (may be given several times).")
-    parser.add_argument("--resume", type=str | None, default=None, help="Continue the run directory runs/NAME.")
+    parser.add_argument("--resume", type=str | None, default=None,
+                        help="Continue the run directory runs/NAME from its last checkpoint, with its own config.yaml "
+                             "(other keys apply on top; only rounds, checkpoint_every, trainer and logger may change).")
     parser.add_class_arguments(Experiment, as_group=False)
     return parser
 
