@@ -127,16 +127,24 @@ def resolve_config_files(argv: Sequence[str]) -> list[str]:
 def with_run_config(argv: list[str]) -> list[str]:
     """``--resume runs/NAME``: the run's own ``config.yaml`` is the base config, every other config file and key
     applies on top (what differs from the run is refused later, except ``rounds``, see
-    :func:`lit_fl.experiment.check_resume_config`). So ``lit-fl fit --resume runs/NAME`` alone continues a run."""
+    :func:`lit_fl.experiment.check_resume_config`). So ``lit-fl fit --resume runs/NAME`` alone continues a run.
+    The stored ``trainer`` section is left out: it describes the machine the run was on (devices, accelerator),
+    and a run resumes on any (given on the command line or in a config, else the defaults)."""
     from pathlib import Path
+
+    import yaml
 
     from lit_fl.run_dir import RunDir
 
     run = _option_value(argv, "--resume")
-    stored = RunDir(Path(run)).config if run else None
-    if stored is None or not stored.is_file():
+    if not run or not RunDir(Path(run)).config.is_file():
         return argv
-    return ["--config", str(stored), *argv]
+    try:
+        stored = RunDir(Path(run)).read_config()
+    except (OSError, yaml.YAMLError):
+        return argv  # a damaged config.yaml: the run's own checks say so in one line
+    stored.pop("trainer", None)
+    return ["--config", yaml.safe_dump(stored, sort_keys=False), *argv]
 
 
 def _option_value(argv: list[str], option: str) -> str | None:
