@@ -142,17 +142,30 @@ class Experiment:
 
     def fit(self, config: dict[str, Any], resume: str | None = None) -> dict[str, Any]:
         """Run (or continue) the experiment; ``config`` is the resolved config written to config.yaml."""
+        run_path = self.resolve_run_path(resume)
+        rounds_note = check_resume_config(run_path, config) if resume else None
+        federation, runner = self.build()
+        if not runner.is_global_zero:
+            return self._fit_follower(federation, runner, run_path, resume)
+        with RunDir(run_path).lock(fresh=not resume):  # one writer per run directory, from its first write
+            return self._fit_leader(federation, runner, run_path, config, resume, rounds_note)
+
+    def _fit_leader(
+        self,
+        federation: Federation,
+        runner: StepRunner,
+        run_path: Path,
+        config: dict[str, Any],
+        resume: str | None,
+        rounds_note: str | None,
+    ) -> dict[str, Any]:
+        """Rank 0 (or the only process): the rounds, with the run directory, W&B and the progress bar."""
         from lit_fl.federation.callbacks import Checkpointer, MetricsFile, ProgressDisplay, WandbLog
         from lit_fl.federation.checkpoint import load_checkpoint
         from lit_fl.federation.evaluation import Evaluator
         from lit_fl.federation.ledger import CommunicationLedger
         from lit_fl.federation.loop import RoundLoop
 
-        run_path = self.resolve_run_path(resume)
-        rounds_note = check_resume_config(run_path, config) if resume else None
-        federation, runner = self.build()
-        if not runner.is_global_zero:
-            return self._fit_follower(federation, runner, run_path, resume)
         ledger = CommunicationLedger.of(federation)
         run = RunDir(run_path)
         ckpt_path = run.checkpoint

@@ -1,17 +1,25 @@
 """``RunDir``: the one place that knows a run directory's layout (../shared/DESIGN.md, "Run directory contract"):
 ``config.yaml`` (the fully resolved config), ``metrics.csv`` (a row per evaluated round), ``summary.json`` (final and
 best values, status, wall time), ``checkpoints/last.ckpt`` (the whole federation) and ``wandb/`` when W&B is on.
-``fit`` writes it, ``sweep`` reads its status, ``compare`` reads its config and metrics; all through this class."""
+``fit`` writes it, ``sweep`` reads its status, ``compare`` reads its config and metrics; all through this class.
+One process writes a run directory at a time: :meth:`RunDir.lock` (``.lock``, an exclusive ``flock`` that the
+operating system releases when its holder exits, however it exits: a dead holder's lock is simply free)."""
 
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lit_fl.errors import ConfigError
+
+LOCK = ".lock"
 #: the names a run writes first, before its first checkpoint (a folder holding only these started here)
-FIRST_WRITES = frozenset({"config.yaml", "checkpoints", "metrics.csv", "wandb"})
+FIRST_WRITES = frozenset({"config.yaml", "checkpoints", "metrics.csv", "wandb", LOCK})
 
 
 @dataclass(frozen=True)
@@ -47,6 +55,17 @@ class RunDir:
     def wandb(self) -> Path:
         return self.path / "wandb"
 
+    @contextmanager
+    def lock(self, fresh: bool) -> Iterator[None]:
+        """Hold the run directory's writer lock for the block (:func:`writer_lock`). ``fresh`` (a new run, not
+        ``--resume``): the folder must hold nothing else, checked under the lock, so two runs started with one name
+        never write into one folder."""
+        with writer_lock(self.path, "run directory"):
+            if fresh and any(p.name != LOCK for p in self.path.iterdir()):
+                raise ConfigError(f"run directory {self.path} exists; choose another --name or continue it with "
+                                  f"--resume {self.path}")
+            yield
+
     def has_checkpoint(self) -> bool:
         return self.checkpoint.is_file()
 
@@ -77,3 +96,26 @@ class RunDir:
         """The summary's status (completed, interrupted, failed), None without a readable summary."""
         summary = self.read_summary()
         return summary.get("status") if summary is not None else None
+
+
+@contextmanager
+def writer_lock(folder: Path, what: str, hint: str = "choose another --name") -> Iterator[None]:
+    """Hold ``folder``'s exclusive writer lock (``folder/.lock``, created with the folder if needed) for the block;
+    another holder: a ConfigError naming ``what`` and the holder's PID. The lock is an ``flock``: the operating
+    system releases it when the holder exits in any way, so a stale lock of a dead process is simply free."""
+    import fcntl
+
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            raise ConfigError(f"{what} {folder} is being written by another lit-fl process (PID {holder}); wait "
+                              f"for it to end, or {hint}") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # closing releases the flock

@@ -68,10 +68,12 @@ def sweep(args: argparse.Namespace, rest: list[str]) -> int:
             print(f"{run.name}: {' '.join(run.command)}")
         print(f"{len(manifest.runs)} runs ({manifest.method}) -> {sweep_dir}")
         return 0
-    _write_sweep_dir(sweep_dir, sweep_file, manifest)
+    from lit_fl.run_dir import writer_lock
     from lit_fl.suite.runner import run_sweep
 
-    rc = run_sweep(sweep_dir, manifest, args.jobs)
+    with writer_lock(sweep_dir, "sweep", "give another --run_dir"):  # one `lit-fl sweep` per sweep folder
+        _write_sweep_dir(sweep_dir, sweep_file, manifest)
+        rc = run_sweep(sweep_dir, manifest, args.jobs)
     completed = sum(run.status == "completed" for run in manifest.runs)
     print(f"sweep {manifest.sweep}: {completed}/{len(manifest.runs)} runs completed -> {sweep_dir}")
     if rc == 0:
