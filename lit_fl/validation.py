@@ -60,16 +60,21 @@ def check_method_keys(experiment: Any) -> None:
                           "(remove topology.*)")
 
 
+def check_folder_name(name: str, key: str) -> None:
+    """A run's or a sweep's name is one plain folder name (never a path that leaves ``run_dir``)."""
+    if not _NAME.match(name) or name in (".", ".."):
+        raise ConfigError(
+            f"{key}: {name!r} is not allowed; allowed: one folder name of letters, digits and _ . + = - "
+            "(no path separators, not . or ..)"
+        )
+
+
 def check_run_location(experiment: Any, resume: str | None) -> None:
     """A run name is one plain folder name; the run folder can be created and written."""
     if resume:
         return
-    name = experiment.name
-    if name is not None and (not _NAME.match(name) or name in (".", "..")):
-        raise ConfigError(
-            f"name: {name!r} is not allowed; allowed: one folder name of letters, digits and _ . + = - "
-            "(no path separators, not . or ..)"
-        )
+    if experiment.name is not None:
+        check_folder_name(experiment.name, "name")
     run_dir = Path(experiment.run_dir)
     if run_dir.exists() and not run_dir.is_dir():
         raise ConfigError(f"run_dir: {run_dir} exists and is not a folder")

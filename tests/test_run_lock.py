@@ -58,3 +58,23 @@ def test_a_second_sweep_on_one_sweep_folder_gets_one_line(tmp_path: Path) -> Non
         f"lit-fl: error: sweep {folder} is being written by another lit-fl process (PID {os.getpid()}); wait for it "
         "to end, or give another --run_dir"]
     assert sorted(p.name for p in folder.iterdir()) == [".lock"]  # nothing of the sweep was written
+
+
+def test_a_sweep_name_is_a_folder_name_and_run_options_are_not_forwarded(tmp_path: Path) -> None:
+    import yaml
+    from test_sweep import _tiny_sweep
+
+    sweep = _tiny_sweep(tmp_path, rounds=1)
+    for name in ("/abs/path", "../../x", ".."):
+        config = yaml.safe_load(sweep.read_text())
+        config["name"] = name
+        sweep.write_text(yaml.safe_dump(config))
+        result = run_cli("sweep", sweep, "--run_dir", tmp_path / "runs", "--dry-run")
+        assert result.rc == 2 and result.err.count("\n") == 1, result.err
+        assert f"name: {name!r} is not allowed" in result.err
+    sweep = _tiny_sweep(tmp_path, rounds=1)
+    for option in ("--resume", "--name"):
+        result = run_cli("sweep", sweep, "--run_dir", tmp_path / "runs", option, str(tmp_path / "elsewhere"))
+        assert result.rc == 2 and result.err.count("\n") == 1, result.err
+        assert f"sweep: {option} is not passed to a sweep's runs" in result.err
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "elsewhere").exists()

@@ -65,12 +65,17 @@ def check_paper(sweep: SweepFile, manifest: Manifest) -> Paper | None:
 
 
 def normalise_overrides(argv: list[str]) -> list[str]:
-    """``--rounds 5 --data.beta=0.1`` -> ``["--rounds=5", "--data.beta=0.1"]``."""
+    """``--rounds 5 --data.beta=0.1`` -> ``["--rounds=5", "--data.beta=0.1"]``. ``--resume``, ``--name`` and
+    ``--run_dir`` belong to the sweep, not to its runs (each run has its own folder, and a stopped sweep resumes its
+    runs itself): refused in one line."""
     out, i = [], 0
     while i < len(argv):
         arg = argv[i]
         if not arg.startswith("--"):
             raise ConfigError(f"sweep: expected --key value overrides after the sweep file, got {arg!r}")
+        if arg.split("=", 1)[0] in ("--resume", "--name"):
+            raise ConfigError(f"sweep: {arg.split('=', 1)[0]} is not passed to a sweep's runs: every run has its "
+                              "own folder, and running the sweep again continues its stopped runs")
         if "=" in arg:
             out.append(arg)
             i += 1

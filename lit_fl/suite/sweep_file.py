@@ -76,6 +76,10 @@ def load_sweep_file(name: str | Path) -> SweepFile:
     check_schema(path, config)
     if config.get("program") != "lit-fl":
         raise ConfigError(f"sweep {path}: program must be lit-fl, got {config.get('program')!r}")
+    if config.get("name") is not None:  # the sweep's folder under run_dir/sweeps: never a path
+        from lit_fl.validation import check_folder_name
+
+        check_folder_name(str(config["name"]), f"sweep {path}: name")
     command = config.get("command")
     if command is not None and "${args}" not in command:
         raise ConfigError(f"sweep {path}: command must pass ${{args}} to lit-fl fit, e.g. {COMMAND}")
