@@ -179,6 +179,9 @@ class Experiment:
         atomic_write_text(run.config, yaml.safe_dump(config, sort_keys=False))
 
         csv = MetricsCSV(run.metrics)
+        if resume and csv.torn:
+            print(f"lit-fl: --resume: {run.metrics} ended in a half-written row (a kill between two writes); it is "
+                  "left out and its round computed again", file=sys.stderr)
         earlier = csv.truncate_after(federation.round) if resume else []  # the rows before a resume point
         tracker = self._start_wandb(run_path, config, extra.get("wandb_id"))
         progress = RoundProgress(self.rounds, federation.round + 1, f"{self.algorithm.name}", self.logger.progress)

@@ -206,3 +206,22 @@ def test_ctrl_c_sigterm_sigusr1_stop_after_the_round_and_resume_exactly(
     result = run_cli("fit", "--resume", run)  # the run alone: its config.yaml says the rest
     assert result.rc == 0 and result.err == "", result.err
     assert_runs_equal(run, full)
+
+
+def test_a_half_written_last_row_is_left_out_said_and_its_round_computed_again(
+    root: Path, uninterrupted: dict[str, Path]
+) -> None:
+    """A kill between two writes of metrics.csv leaves a torn row: resume drops it (one line) and reproduces."""
+    full = uninterrupted["DecentralizedFedAvg"]
+    part = root / "runs" / "torn"
+    fit(root, "DecentralizedFedAvg", "--name", part.name, "--rounds", "2")
+    with (part / "metrics.csv").open("a") as handle:
+        handle.write("3,0.41")  # the start of round 3's row, then the kill
+    assert [r["round"] for r in read_metrics(part / "metrics.csv")] == [1, 2]  # compare reads the complete rows
+    result = run_cli("fit", "--resume", part, "--rounds", "4")
+    assert result.rc == 0, result.err
+    assert result.err.strip().splitlines() == [
+        "lit-fl: --resume: rounds 2 -> 4 (config.yaml records it)",
+        f"lit-fl: --resume: {part / 'metrics.csv'} ended in a half-written row (a kill between two writes); it is "
+        "left out and its round computed again"]
+    assert_runs_equal(part, full)

@@ -33,8 +33,10 @@ class MetricsCSV:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.columns: list[str] | None = None
+        #: whether the file ended in a half-written row (a kill between two writes), which is left out
+        self.torn = False
         if self.path.exists():
-            rows = read_metrics(self.path)
+            rows, self.torn = _read(self.path)
             if rows:
                 self.columns = list(rows[0])
 
@@ -55,7 +57,7 @@ class MetricsCSV:
         """Drop rows of rounds after ``round_`` (used on resume); returns the rows kept."""
         if not self.path.exists():
             return []
-        kept = [r for r in read_metrics(self.path) if r["round"] <= round_]
+        kept = [r for r in _read(self.path)[0] if r["round"] <= round_]
         out = io.StringIO()
         writer = csv.writer(out)
         if self.columns:
@@ -66,10 +68,19 @@ class MetricsCSV:
 
 
 def read_metrics(path: str | Path) -> list[dict[str, float]]:
-    """The rows of a ``metrics.csv`` as dicts of floats (``round`` as int)."""
-    with Path(path).open(newline="") as handle:
-        rows = list(csv.DictReader(handle))
-    return [{k: (int(float(v)) if k == "round" else float(v)) for k, v in r.items()} for r in rows]
+    """The rows of a ``metrics.csv`` as dicts of floats (``round`` as int); a half-written last row (the file does
+    not end with a newline: a kill between two writes) is left out."""
+    return _read(path)[0]
+
+
+def _read(path: str | Path) -> tuple[list[dict[str, float]], bool]:
+    """The complete rows, and whether a half-written last row was left out."""
+    text = Path(path).read_text()
+    torn = bool(text) and not text.endswith("\n")
+    if torn:
+        text = text[: text.rfind("\n") + 1]
+    rows = list(csv.DictReader(io.StringIO(text, newline="")))
+    return [{k: (int(float(v)) if k == "round" else float(v)) for k, v in r.items()} for r in rows], torn
 
 
 def _format(value: float) -> str:
