@@ -82,3 +82,26 @@ def test_the_dashboard_plots_every_numeric_column(tmp_path: Path) -> None:
     assert every_numeric_column(comparison) == ["global_acc", "dropped_senders", "train_loss"]
     ids = write_dashboard(comparison, "", tmp_path / "d.html")
     assert len(ids) == 6 and "train_loss vs communication round" in (tmp_path / "d.html").read_text()
+
+
+def test_an_unfinished_run_is_named_and_never_averaged_into_the_final_accuracy(tmp_path: Path) -> None:
+    """One seed stopped at round 2, one finished at round 3: final is the finished run's, the row says the rest."""
+    import json
+
+    from lit_fl.suite.compare.results import load_comparison
+    from lit_fl.tracking import MetricsCSV
+
+    for name, accuracy, status in (("a", [0.70, 0.72], "interrupted"), ("b", [0.70, 0.75, 0.78], "completed")):
+        run_dir = tmp_path / name
+        csv = MetricsCSV(run_dir / "metrics.csv")
+        for r, a in enumerate(accuracy, 1):
+            csv.append({"round": r, "global_acc": a, "comm_mb": float(r)})
+        (run_dir / "config.yaml").write_text("seed: 0\n" if name == "a" else "seed: 1\n")
+        (run_dir / "summary.json").write_text(json.dumps({"status": status}))
+    comparison = load_comparison([tmp_path], None)
+    (row,) = table_rows(comparison, 0.8)
+    assert row.final.values == [0.78] and row.rounds == 3 and row.seeds == 1
+    assert row.label.endswith("[1 unfinished, left out: stopped at round 2]")
+    unfinished = Comparison("t", [Group("g", {}, [comparison.runs[0]])], None, "global_acc", tmp_path)
+    (only,) = table_rows(unfinished, 0.8)
+    assert only.label == "g [unfinished: stopped at round 2]" and only.rounds == 2

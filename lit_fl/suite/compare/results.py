@@ -25,13 +25,16 @@ IGNORED = ("seed", "name", "run_dir", "resume", "logger", "trainer", "checkpoint
 
 @dataclass
 class RunResult:
-    """One run: its name, directory, parameters that define its configuration, seed and metric rows."""
+    """One run: its name, directory, parameters that define its configuration, seed and metric rows; ``complete``
+    is False for a run whose summary says it stopped early (interrupted, failed) or that has none yet (running, or
+    killed)."""
 
     name: str
     path: Path
     params: dict[str, Any]
     seed: int
     rows: list[dict[str, float]]
+    complete: bool = True
 
     def column(self, key: str) -> list[float]:
         return [row.get(key, math.nan) for row in self.rows]
@@ -90,7 +93,8 @@ def _from_sweep(sweep_dir: Path, metric: str | None) -> Comparison:
             rows = read_metrics(RunDir(path).metrics)
             if rows:
                 params = dict(entry.configuration)
-                runs.append(RunResult(entry.name, path, params, int(entry.params.get("seed", 0)), rows))
+                runs.append(RunResult(entry.name, path, params, int(entry.params.get("seed", 0)), rows,
+                                      RunDir(path).status() == "completed"))
     if not runs:
         raise ConfigError(f"compare: no runs with metrics in {sweep_dir} (run the sweep first: lit-fl sweep ...)")
     constant = {k for k in runs[0].params if all(r.params.get(k) == runs[0].params[k] for r in runs)}
@@ -102,7 +106,8 @@ def _plain_run(path: Path) -> RunResult:
     run_dir = RunDir(path)
     config = run_dir.read_config()
     flat = {k: v for k, v in _flatten(config).items() if k.split(".")[0] not in IGNORED}
-    return RunResult(path.name, path, flat, int(config.get("seed", 0)), read_metrics(run_dir.metrics))
+    return RunResult(path.name, path, flat, int(config.get("seed", 0)), read_metrics(run_dir.metrics),
+                     run_dir.status() == "completed")
 
 
 def _keep_differing(runs: list[RunResult]) -> None:

@@ -71,16 +71,26 @@ def table_rows(comparison: Comparison, target: float) -> list[TableRow]:
 
 
 def _row(comparison: Comparison, group: Group, target: float) -> TableRow:
+    """The statistics of the group's completed runs; runs that stopped early are left out of them and named in
+    the row (when no run completed, the row is of the unfinished ones, and says so)."""
     metric = comparison.metric
     kind = MetricKind(metric)
-    finals = [run.rows[-1].get(metric, math.nan) for run in group.runs]
-    bests = [kind.best(run.column(metric)) for run in group.runs]
-    reach = [first_reach(run, metric, target) for run in group.runs]
+    done = [run for run in group.runs if run.complete]
+    unfinished = [run for run in group.runs if not run.complete]
+    runs = done or unfinished
+    finals = [run.rows[-1].get(metric, math.nan) for run in runs]
+    bests = [kind.best(run.column(metric)) for run in runs]
+    reach = [first_reach(run, metric, target) for run in runs]
+    label = group.label
+    if unfinished:
+        stopped = ", ".join(str(int(run.rows[-1]["round"])) for run in unfinished)
+        label += (f" [{len(unfinished)} unfinished, left out: stopped at round {stopped}]" if done
+                  else f" [unfinished: stopped at round {stopped}]")
     return TableRow(
         kind=kind,
-        label=group.label,
-        seeds=len(group.runs),
-        rounds=max(int(run.rows[-1]["round"]) for run in group.runs),
+        label=label,
+        seeds=len(runs),
+        rounds=max(int(run.rows[-1]["round"]) for run in runs),
         final=Stat(finals),
         best=Stat(bests),
         rounds_to_target=Stat([r for r, _ in reach]),
