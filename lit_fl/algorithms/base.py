@@ -159,7 +159,7 @@ class Algorithm(ABC):
                 losses[n] = loss
         grouped = {n for group in groups for n in group}
         for n in sorted(set(batches) - grouped):
-            losses[n] = self._fit_local(clients[n], batches[n].cut_all(plans[n]), runner)
+            losses[n] = self._fit_local(clients[n], (batches[n].cut(p) for p in plans[n]), runner)
         return losses
 
     def _batched_local_training(

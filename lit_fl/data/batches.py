@@ -46,7 +46,8 @@ class ClientBatches:
         return per_epoch * self.epochs
 
     def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
-        return self.cut_all(self.plan())
+        for planned in self.plan():
+            yield self.cut(planned)
 
     def plan(self) -> list[PlannedBatch]:
         """Every batch of one iteration, as sample indices and augmentation seeds, drawn from ``generator``
@@ -61,15 +62,10 @@ class ClientBatches:
                 plan.append(PlannedBatch(order[start : start + self.batch_size], seed))
         return plan
 
-    def cut_all(self, plan: list[PlannedBatch]) -> Iterator[tuple[Tensor, Tensor]]:
-        """The batches ``plan`` names: their samples on the data's device (one copy of the indices for the whole
-        plan, not one per batch), each augmented with its own seed."""
-        if not plan:
-            return
-        sizes = [len(planned.indices) for planned in plan]
-        indices = torch.cat([planned.indices for planned in plan]).to(self.x_all.device).split(sizes)
-        for planned, idx in zip(plan, indices):
-            yield self.augmented(self.x_all[idx], planned.seed), self.y_all[idx]
+    def cut(self, planned: PlannedBatch) -> tuple[Tensor, Tensor]:
+        """The batch ``planned`` names: its samples on the data's device, augmented with its own seed."""
+        idx = planned.indices.to(self.x_all.device)
+        return self.augmented(self.x_all[idx], planned.seed), self.y_all[idx]
 
     def skip(self) -> None:
         """Advance ``generator`` exactly as one iteration would, without cutting a batch (a process that does not

@@ -69,7 +69,7 @@ class StepRunner:
         self.fuse = fuse == "on" or (fuse == "auto" and self.device.type == "cuda")
         self.placement = Placement((), self.fabric.global_rank, self.fabric.world_size)
         self._phase: str | None = None  # inside each(): "local" (this rank's client) or "dry" (another's)
-        self._returned: list[Tensor] | None = None  # inside train(): what a step without loss_sum returned
+        self._returned: list[Tensor] = []  # the losses a step without loss_sum returned (see train)
 
     @property
     def device(self) -> torch.device:
@@ -134,14 +134,11 @@ class StepRunner:
         """:meth:`fit`, then the phase's mean loss per batch, read from the device once: the step's own ``loss_sum /
         num_batches`` when it keeps them (exact over processes), else the mean of what ``training_step`` returned
         (a step of your own needs no counter). 0.0 for a phase without a batch."""
-        counted = hasattr(step, "loss_sum") and hasattr(step, "num_batches")
-        self._returned = None if counted else []
-        try:
-            step = self.fit(step, batches) if owners is None else self.fit(step, batches, owners)
-        finally:
-            returned, self._returned = self._returned, None
-        if counted:
+        self._returned = []
+        step = self.fit(step, batches) if owners is None else self.fit(step, batches, owners)
+        if hasattr(step, "loss_sum") and hasattr(step, "num_batches"):
             return float(step.loss_sum) / max(step.num_batches, 1)
+        returned, self._returned = self._returned, []
         return float(torch.stack(returned).sum()) / len(returned) if returned else 0.0
 
     def each(self, clients: Sequence[Client], phase: Callable[[Client], float]) -> list[float]:
@@ -173,12 +170,12 @@ class StepRunner:
             learns = getattr(step, "learns_here", True)
             optimizer = self.fabric.setup_optimizers(step.configure_optimizers()) if learns else None
             autocast = self.fabric.autocast
-            returned = self._returned  # a list only inside train() for a step without its own counter
+            keep = not hasattr(step, "loss_sum")  # a step without its own counter: :meth:`train` averages
             for batch_idx, batch in enumerate(batches):
                 with autocast():
                     loss = step.training_step(batch, batch_idx)
-                if returned is not None:
-                    returned.append(loss.detach().float())
+                if keep:
+                    self._returned.append(loss.detach().float())
                 if optimizer is not None:
                     self.fabric.backward(loss)
                     optimizer.step()

@@ -31,6 +31,9 @@ class Stat:
     def std(self) -> float:
         return statistics.stdev(self.kept) if len(self.kept) > 1 else 0.0 if self.kept else math.nan
 
+    def percent(self) -> str:
+        return self.shown(MetricKind("acc"))
+
     def shown(self, kind: MetricKind) -> str:
         """``mean ± std`` in the unit of the metric's kind (``-`` when no seed has a value)."""
         return "-" if not self.kept else kind.format(self.mean, self.std)
