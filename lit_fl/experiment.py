@@ -29,6 +29,7 @@ from lit_fl.federation.topology import TopologyConfig
 from lit_fl.io import atomic_write_text, strict_json
 from lit_fl.lazy import eager_init_annotations
 from lit_fl.run_dir import RunDir
+from lit_fl.run_identity import IDENTITY_KEYS, RunIdentity
 from lit_fl.tracking import MetricsCSV, RoundProgress, WandbTracker
 
 if TYPE_CHECKING:
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
 
 #: Config keys that must match between a run directory and the config it is resumed with (``rounds`` may change,
 #: said in one line; ``checkpoint_every``, ``trainer`` and ``logger`` are how, not what, a run computes).
-RESUME_KEYS = ("seed", "algorithm", "data", "models", "topology", "faults", "eval_every")
+RESUME_KEYS = IDENTITY_KEYS
 
 
 @eager_init_annotations
@@ -100,8 +101,12 @@ class Experiment:
         (stopped before its first round ended) resumes from round 0."""
         if resume:
             path = Path(resume)
-            if not path.is_dir() or not (RunDir(path).has_checkpoint() or RunDir(path).started_here()):
+            run = RunDir(path)
+            if not path.is_dir() or not (run.has_checkpoint() or run.started_here()):
                 raise ConfigError(f"--resume: no run directory with a checkpoint at {path}")
+            if run.has_checkpoint() and not run.config.is_file():
+                raise ConfigError(f"--resume: {path} has a checkpoint but no config.yaml, so nothing says which run it "
+                                  "is; put back its config.yaml or start a new run")
             return path
         name = self.name or f"{self.algorithm.name.lower()}-{self.data.dataset}-{datetime.now():%Y%m%d-%H%M%S}"
         path = self.run_dir / name
@@ -146,7 +151,7 @@ class Experiment:
         rounds_note = check_resume_config(run_path, config) if resume else None
         federation, runner = self.build()
         if not runner.is_global_zero:
-            return self._fit_follower(federation, runner, run_path, resume)
+            return self._fit_follower(federation, runner, run_path, config, resume)
         with RunDir(run_path).lock(fresh=not resume):  # one writer per run directory, from its first write
             return self._fit_leader(federation, runner, run_path, config, resume, rounds_note)
 
@@ -169,9 +174,11 @@ class Experiment:
         ledger = CommunicationLedger.of(federation)
         run = RunDir(run_path)
         ckpt_path = run.checkpoint
+        identity = RunIdentity.of(config)
         extra: dict[str, Any] = {}
         if resume and ckpt_path.is_file():
-            extra = load_checkpoint(ckpt_path, federation, self.algorithm, ledger)
+            extra = load_checkpoint(ckpt_path, federation, self.algorithm, ledger, identity)
+            check_rows_up_to(run, federation.round, self.eval_every)
         if rounds_note:
             print(rounds_note, file=sys.stderr)
         run_path.mkdir(parents=True, exist_ok=True)
@@ -192,7 +199,8 @@ class Experiment:
             return elapsed_before + time.perf_counter() - start
 
         def checkpoint_extra() -> dict[str, Any]:
-            return {"wandb_id": tracker.run_id if tracker else extra.get("wandb_id"), "wall_s": wall_s()}
+            return {"wandb_id": tracker.run_id if tracker else extra.get("wandb_id"), "wall_s": wall_s(),
+                    "identity": identity.to_dict()}
 
         callbacks = [MetricsFile(csv), ProgressDisplay(progress),
                      Checkpointer(ckpt_path, federation, self.algorithm, ledger, checkpoint_extra)]
@@ -237,7 +245,7 @@ class Experiment:
         return summary
 
     def _fit_follower(
-        self, federation: Federation, runner: StepRunner, run_path: Path, resume: str | None
+        self, federation: Federation, runner: StepRunner, run_path: Path, config: dict[str, Any], resume: str | None
     ) -> dict[str, Any]:
         """A process other than rank 0: the same rounds on the same state, writing nothing (rank 0 owns the run
         directory, W&B and the progress bar). Every process reads the checkpoint it resumes from."""
@@ -249,7 +257,8 @@ class Experiment:
         ledger = CommunicationLedger.of(federation)
         ckpt_path = RunDir(run_path).checkpoint
         if resume and ckpt_path.is_file():
-            load_checkpoint(ckpt_path, federation, self.algorithm, ledger)
+            load_checkpoint(ckpt_path, federation, self.algorithm, ledger, RunIdentity.of(config))
+            check_rows_up_to(RunDir(run_path), federation.round, self.eval_every)
         evaluator = Evaluator(autocast=runner.autocast, placement=runner.placement, fuse=runner.fuse)
         loop = RoundLoop(federation, self.algorithm, runner, evaluator, ledger, self.rounds, self.eval_every)
         outcome = loop.run()
@@ -319,6 +328,19 @@ def launched_follower() -> bool:
 def _env_int(name: str) -> int:
     value = os.environ.get(name, "")
     return int(value) if value.isdigit() else 0
+
+
+def check_rows_up_to(run: RunDir, round_: int, eval_every: int) -> None:
+    """A checkpoint at ``round_`` follows the ``metrics.csv`` rows of every round it evaluated (a row is written before
+    its round's checkpoint): missing rows mean the checkpoint came from elsewhere, refused in one line."""
+    from lit_fl.tracking.csv_metrics import read_metrics
+
+    have = {int(row["round"]) for row in read_metrics(run.metrics)} if run.has_metrics() else set()
+    missing = [r for r in range(eval_every, round_ + 1, eval_every) if r not in have]
+    if missing:
+        shown = ", ".join(map(str, missing[:5])) + (" ..." if len(missing) > 5 else "")
+        raise ConfigError(f"--resume: {run.checkpoint} is at round {round_} but {run.metrics} has no row for round "
+                          f"{shown}: the checkpoint is not this run's; put back its own or start a new run")
 
 
 def check_resume_config(run_path: Path, config: dict[str, Any]) -> str | None:

@@ -20,6 +20,7 @@ from lit_fl.errors import ConfigError
 from lit_fl.federation.ledger import CommunicationLedger
 from lit_fl.federation.state import Federation
 from lit_fl.io import atomic_torch_save
+from lit_fl.run_identity import RunIdentity
 
 FORMAT_VERSION = 3  # 3: one arena for every model state; 2: one flat tensor per state and dtype; 1: state dicts
 READABLE_VERSIONS = (1, 2, 3)
@@ -150,10 +151,17 @@ def read_unpacked(path: str | Path, device: torch.device | str = "cpu") -> dict[
 
 
 def load_checkpoint(
-    path: str | Path, federation: Federation, algorithm: Any, ledger: CommunicationLedger
+    path: str | Path,
+    federation: Federation,
+    algorithm: Any,
+    ledger: CommunicationLedger,
+    identity: RunIdentity | None = None,
 ) -> dict[str, Any]:
-    """Restore what :func:`save_checkpoint` wrote into freshly built objects; returns ``extra``."""
+    """Restore what :func:`save_checkpoint` wrote into freshly built objects; returns ``extra``. With ``identity``
+    (the run's, from its config), a checkpoint written by another run is refused before anything is restored."""
     state = read_unpacked(path, federation.data.train_x.device)
+    if identity is not None:
+        check_identity(path, state["extra"].get("identity"), identity)
     if state["algorithm_name"] != type(algorithm).__name__:
         raise ConfigError(
             f"{path} was written by {state['algorithm_name']}, the config asks for {type(algorithm).__name__}"
@@ -162,3 +170,11 @@ def load_checkpoint(
     algorithm.load_state_dict(state["algorithm"])
     ledger.load_state_dict(state["ledger"])
     return state["extra"]
+
+
+def check_identity(path: str | Path, stored: Any, identity: RunIdentity) -> None:
+    """A checkpoint's stored identity must be ``identity`` (a checkpoint from before identities passes)."""
+    theirs = RunIdentity.from_dict(stored)
+    if theirs is not None and theirs != identity:
+        raise ConfigError(f"--resume: {path} belongs to another run ({theirs.describe()}), not to this run directory's "
+                          f"config.yaml ({identity.describe()}); put back this run's checkpoint or start a new run")
