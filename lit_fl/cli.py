@@ -33,11 +33,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command not in COMMANDS:
         print(f"lit-fl: error: unknown command {command!r}; allowed: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
+    from lit_fl import stop_signals
     from lit_fl.user_code import working_directory_importable
 
     working_directory_importable()  # a config may name the user's own code (gossip.Gossip), as with python -m
-    module = importlib.import_module(COMMANDS[command][0])
-    return int(module.main(rest))
+    with stop_signals.handled():  # a signal at any moment: the command stops at its next safe point
+        try:
+            module = importlib.import_module(COMMANDS[command][0])
+            return int(module.main(rest))
+        except KeyboardInterrupt:  # a second signal: abort at once, one line, never a traceback
+            print(f"lit-fl {command}: aborted", file=sys.stderr)
+            return 130
+        except BrokenPipeError:  # `lit-fl ... | head`: the reader has what it wanted
+            _silence_stdout()
+            return 0
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush into the closed pipe stays quiet."""
+    import os
+
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is not a file (captured in-process): nothing will be flushed to a pipe
+        pass
 
 
 def _usage() -> str:

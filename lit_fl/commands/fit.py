@@ -18,6 +18,7 @@ from typing import Any
 
 from jsonargparse import ActionConfigFile, ArgumentParser, Namespace
 
+from lit_fl import stop_signals
 from lit_fl.algorithms import __all__ as _algorithm_names
 from lit_fl.cli_errors import one_line
 from lit_fl.configs import resolve_config
@@ -85,6 +86,10 @@ def main(argv: Sequence[str]) -> int:
             raise
         print(f"lit-fl: error: algorithm.class_path: cannot load it: {cause}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if (stop := stop_signals.requested()) is not None:  # asked to stop while the config was being checked
+        print(f"lit-fl: stopped by {stop} before the run started; nothing was written (run the same command "
+              "again)", file=sys.stderr)
+        return EXIT_INTERRUPTED
     try:
         summary = experiment.fit(resolved, resume=resume)
     except (ConfigError, DatasetNotFoundError) as err:  # refused while building, before anything was written
@@ -117,11 +122,19 @@ def resolve_config_files(argv: Sequence[str]) -> list[str]:
         if arg.startswith("--") and "=" in arg:
             key, value = arg.split("=", 1)
             if _is_file_key(key, value):
-                arg = f"{key}={resolve_config(value, key=key)}"
+                arg = f"{key}={_checked(resolve_config(value, key=key), key)}"
         elif i > 0 and args[i - 1].startswith("--") and "=" not in args[i - 1] and _is_file_key(args[i - 1], arg):
-            arg = str(resolve_config(arg, key=args[i - 1]))
+            arg = str(_checked(resolve_config(arg, key=args[i - 1]), args[i - 1]))
         out.append(arg)
     return _configs_first(out)
+
+
+def _checked(path: Any, key: str) -> Any:
+    """A config file that jsonargparse will read, checked first for what it would take silently: a repeated key."""
+    from lit_fl.strict_yaml import load_yaml
+
+    load_yaml(path, f"{key} {path}")
+    return path
 
 
 def with_run_config(argv: list[str]) -> list[str]:

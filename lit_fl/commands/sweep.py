@@ -45,6 +45,7 @@ def main(argv: Sequence[str]) -> int:
 
 
 def sweep(args: argparse.Namespace, rest: list[str]) -> int:
+    from lit_fl.suite.engine import grid_size
     from lit_fl.suite.manifest import Manifest, is_sweep_dir
     from lit_fl.suite.plan import check_commands, check_paper, normalise_overrides, plan_sweep
     from lit_fl.suite.sweep_file import load_sweep_file
@@ -58,14 +59,21 @@ def sweep(args: argparse.Namespace, rest: list[str]) -> int:
     if args.wandb:
         return run_wandb_agent(sweep_file.config, overrides, args.project, args.entity, args.count)
     sweep_dir = Path(args.run_dir) / "sweeps" / sweep_file.name
+    if args.dry_run:
+        size = grid_size(sweep_file)
+        size = min(size, args.count) if size is not None and args.count else (size or args.count)
+        if size:  # said at once: a large grid takes seconds to plan
+            print(f"planning {size:,} runs of {sweep_file.name} ({sweep_file.method}) ...", file=sys.stderr,
+                  flush=True)
     manifest = plan_sweep(sweep_file, sweep_dir, overrides, args.count, args.seed)
     check_commands(manifest)
     check_paper(sweep_file, manifest)
     if is_sweep_dir(sweep_dir):
         manifest = _continue(Manifest.load(sweep_dir), manifest, sweep_dir)
     if args.dry_run:
-        for run in manifest.runs:
-            print(f"{run.name}: {' '.join(run.command)}")
+        write = sys.stdout.write
+        for run in manifest.runs:  # streamed, a line at a time
+            write(f"{run.name}: {' '.join(run.command)}\n")
         print(f"{len(manifest.runs)} runs ({manifest.method}) -> {sweep_dir}")
         return 0
     from lit_fl.run_dir import writer_lock
@@ -78,7 +86,7 @@ def sweep(args: argparse.Namespace, rest: list[str]) -> int:
     print(f"sweep {manifest.sweep}: {completed}/{len(manifest.runs)} runs completed -> {sweep_dir}")
     if rc == 0:
         print(f"compare them: lit-fl compare {sweep_dir}")
-    elif rc == 130:
+    elif rc == 75:
         print(f"continue it: lit-fl sweep {args.sweep} {' '.join(rest)}".rstrip())
     return rc
 

@@ -10,12 +10,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from lit_fl import stop_signals
 from lit_fl.faultpoints import fault_point
 from lit_fl.federation.callbacks import RoundCallback
 from lit_fl.federation.evaluation import Evaluator
 from lit_fl.federation.ledger import CommunicationLedger
 from lit_fl.federation.state import Federation
 from lit_fl.steps.runner import StepRunner
+from lit_fl.stop_signals import STOP_SIGNALS
 
 if TYPE_CHECKING:
     from lit_fl.algorithms.base import Algorithm
@@ -63,6 +65,9 @@ class RoundLoop:
 
     def run(self) -> LoopOutcome:
         with self._graceful_interrupt():
+            if self.runner.any(self._stop_requested):  # stopped before its first round: checkpoint where it is
+                self._checkpoint()
+                return LoopOutcome(self.federation.round, interrupted=True, history=self.history)
             for round_ in range(self.federation.round + 1, self.rounds + 1):
                 self.run_round(round_)
                 if self.runner.any(self._stop_requested):  # every process stops after the same round
@@ -116,11 +121,14 @@ class RoundLoop:
         loop = self
 
         class _Guard:
-            """SIGINT (Ctrl-C), SIGTERM (SLURM, ``timeout``, ``docker stop``, Kubernetes) and SIGUSR1 (SLURM's
-            ``--signal``): the first one lets the round finish, checkpoint and stop; a second one aborts."""
+            """SIGINT (Ctrl-C), SIGTERM (SLURM, ``timeout``, ``docker stop``, Kubernetes), SIGUSR1 (SLURM's
+            ``--signal``) and SIGHUP: the first one lets the round finish, checkpoint and stop; a second one aborts.
+            One the command received before the loop started (:mod:`lit_fl.stop_signals`) stops it before round one."""
 
             def __enter__(self) -> None:
                 self.previous: dict[int, Any] = {}
+                if (name := stop_signals.requested()) is not None:
+                    loop._stop_requested, loop.stop_signal = True, name
                 if threading.current_thread() is threading.main_thread():
                     for signum in STOP_SIGNALS:
                         self.previous[signum] = signal.signal(signum, self._handle)
@@ -130,15 +138,10 @@ class RoundLoop:
                     raise KeyboardInterrupt
                 loop._stop_requested = True
                 loop.stop_signal = signal.Signals(signum).name
+                stop_signals.request(loop.stop_signal)
 
             def __exit__(self, *exc: Any) -> None:
                 for signum, previous in self.previous.items():
                     signal.signal(signum, previous)
 
         return _Guard()
-
-
-#: Signals that stop a run after the current round with a checkpoint.
-STOP_SIGNALS: tuple[int, ...] = tuple(
-    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGUSR1") if hasattr(signal, name)
-)

@@ -1,8 +1,9 @@
 """Run the runs of a local sweep, ``jobs`` at a time, each as its own ``lit-fl fit`` process.
 
 Idempotent: a run whose ``summary.json`` says completed is skipped, a run with a checkpoint continues from it
-(``--resume``), so a sweep stopped at any moment completes with no run repeated and none lost. Ctrl-C: the runs
-in flight stop after their current round with a checkpoint (they receive the same Ctrl-C) and no new run starts.
+(``--resume``), so a sweep stopped at any moment completes with no run repeated and none lost. Ctrl-C, SIGTERM,
+SIGUSR1 or SIGHUP: the runs in flight stop after their current round with a checkpoint (the signal is passed on to
+them), no new run starts, the manifest records it and the sweep exits 75; a second signal aborts the runs at once.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from lit_fl import stop_signals
 from lit_fl.run_dir import RunDir
 from lit_fl.suite.manifest import Manifest, SweepRun
 
@@ -88,6 +90,11 @@ def run_sweep(
     stopping = False
     while todo or running:
         try:
+            if not stopping and (stop := stop_signals.requested()) is not None:
+                stopping = True
+                todo.clear()
+                _forward(running, stop)
+                report(f"stopping ({stop}): the runs in flight finish their round and checkpoint (again to abort)")
             while todo and free and not stopping:
                 run, state = todo.pop(0)
                 slot = free.pop(0)
@@ -107,16 +114,34 @@ def run_sweep(
             if not todo and not running:
                 break
             time.sleep(0.2)
-        except KeyboardInterrupt:
-            if stopping:  # second Ctrl-C: the runs received it too and abort
-                raise
-            stopping = True
-            todo.clear()
-            report("stopping: the runs in flight finish their round and checkpoint (Ctrl-C again to abort)")
+        except KeyboardInterrupt:  # a second signal: the runs abort at once (they keep their last checkpoint)
+            _forward(running, "SIGTERM")
+            _abort(sweep_dir, manifest, running)
+            raise
     statuses = [run.status for run in manifest.runs]
     if stopping or "interrupted" in statuses:
-        return 130
+        return 75
     return 1 if "failed" in statuses else 0
+
+
+def _forward(running: dict[subprocess.Popen, tuple[SweepRun, Slot, float]], name: str) -> None:
+    """Pass a stop signal on to the runs in flight (each runs in its own session, so only the sweep receives a
+    terminal's Ctrl-C or a SIGTERM)."""
+    for process in running:
+        if process.poll() is None:
+            process.send_signal(getattr(signal, name, signal.SIGTERM))
+
+
+def _abort(sweep_dir: Path, manifest: Manifest, running: dict[subprocess.Popen, tuple[SweepRun, Slot, float]]) -> None:
+    """Wait for the aborted runs (they exit within seconds of their second signal) and record how they ended."""
+    for process, (run, _, _) in running.items():
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        run.status = _finished_status(sweep_dir, run, process.returncode)
+    manifest.save(sweep_dir)
 
 
 def _start(sweep_dir: Path, run: SweepRun, state: str, slot: Slot) -> subprocess.Popen:
@@ -131,7 +156,9 @@ def _start(sweep_dir: Path, run: SweepRun, state: str, slot: Slot) -> subprocess
     log = sweep_dir / "logs" / f"{run.name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
-        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=slot.env(), preexec_fn=_die_with_parent)
+        # its own session: a terminal's Ctrl-C reaches the sweep alone, which passes it on once (:func:`_forward`)
+        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=slot.env(), preexec_fn=_die_with_parent,
+                                start_new_session=True)
 
 
 def _die_with_parent() -> None:
