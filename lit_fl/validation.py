@@ -75,14 +75,18 @@ def check_run_location(experiment: Any, resume: str | None) -> None:
         return
     if experiment.name is not None:
         check_folder_name(experiment.name, "name")
-    run_dir = Path(experiment.run_dir)
-    if run_dir.exists() and not run_dir.is_dir():
-        raise ConfigError(f"run_dir: {run_dir} exists and is not a folder")
-    parent = run_dir
-    while not parent.exists():
+    check_output_folder(Path(experiment.run_dir), "run_dir")
+
+
+def check_output_folder(folder: Path, key: str) -> None:
+    """``folder`` is a folder that exists or can be created, and can be written (checked before any work)."""
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"{key}: {folder} exists and is not a folder")
+    parent = folder
+    while not parent.exists() and parent != parent.parent:
         parent = parent.parent
     if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        raise ConfigError(f"run_dir: cannot create or write {run_dir} ({parent} is not a writable folder)")
+        raise ConfigError(f"{key}: cannot create or write {folder} ({parent} is not a writable folder)")
 
 
 def check_accelerator(accelerator: str) -> None:

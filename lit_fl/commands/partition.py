@@ -27,12 +27,15 @@ def main(argv: Sequence[str]) -> int:
         print("\nOptions: --out DIR (default ./partition) and every key of lit-fl fit (lit-fl fit --help).")
         return 0
     from lit_fl.cli_errors import one_line
-    from lit_fl.commands.fit import ALGORITHMS, config_keys, fit_parser, resolve_config_files
+    from lit_fl.commands.fit import ALGORITHMS, config_keys, fit_parser, prepare, resolve_config_files, with_run_config
+    from lit_fl.validation import check_output_folder
 
     parser = fit_parser()
     try:
-        cfg = parser.instantiate_classes(parser.parse_args(resolve_config_files(argv)))
-        return partition(cfg.data, int(cfg.seed), out)
+        check_output_folder(out, "--out")
+        cfg = parser.parse_args(with_run_config(resolve_config_files(argv)))
+        experiment, _, _ = prepare(cfg, parser)  # every check of lit-fl fit: what fit refuses, partition refuses
+        return partition(experiment.data, experiment.seed, out)
     except (ValueError, TypeError) as err:
         print(f"lit-fl: error: {one_line(err, config_keys(), ALGORITHMS)}", file=sys.stderr)
         return 2
@@ -48,7 +51,7 @@ def partition(data, seed: int, out: Path) -> int:  # noqa: ANN001
     counts = class_counts(dataset.train_y.numpy(), splits, dataset.num_classes)
     skew = f"Dirichlet beta={data.beta:g}" if data.partition == "dirichlet" else data.partition
     title = f"{data.dataset}: {data.num_clients} clients, {skew}, seed {seed}"
-    write_counts_csv(counts, out / "partition.csv")
+    write_counts_csv(counts, out / "partition.csv")  # each written atomically
     write_bubble_plot(counts, title, out / "partition.png")
     sizes = (counts["train"] + counts["val"]).sum(1)
     print(f"{title}: {int(sizes.min())}-{int(sizes.max())} samples per client, {len(server_idx)} held out for the "

@@ -5,7 +5,10 @@ arguments the agent builds for a run (W&B's own ``create_sweep_command_args``).
 
 from __future__ import annotations
 
+import functools
+import json
 import random
+import sys
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -47,31 +50,60 @@ def expand(sweep: SweepFile, count: int | None = None, seed: int = 0) -> list[di
     if sweep.method == "random" and not count:
         raise ConfigError(f"sweep {sweep.path}: method random draws without end; give the number of runs: --count N")
     with _quiet():
-        from sweeps import RunState, next_run
+        from sweeps import next_runs
 
         states = np.random.get_state(), random.getstate()
         np.random.seed(seed)  # the engine samples with Python's random (and numpy for some distributions)
         random.seed(seed)
-        try:
-            runs: list[Any] = []
-            while count is None or len(runs) < count:
-                run = next_run(sweep.config, runs)
-                if run is None:
-                    break
-                run.state = RunState.finished
-                runs.append(run)
+        try:  # all at once: the engine's grid skips the runs it is given, so one at a time would be quadratic
+            runs = [run for run in next_runs(sweep.config, [], n=count or sys.maxsize) if run is not None]
         finally:
             np.random.set_state(states[0])
             random.setstate(states[1])
     return [{key: _plain(value["value"]) for key, value in run.config.items()} for run in runs]
 
 
+def grid_size(sweep: SweepFile) -> int | None:
+    """The number of runs of a grid sweep (the product of its parameters' value counts), None for random."""
+    if sweep.method != "grid":
+        return None
+    size = 1
+    for spec in sweep.parameters.values():
+        spec = spec if isinstance(spec, dict) else {}
+        if "values" in spec:
+            size *= max(1, len(spec["values"]))
+        elif {"min", "max"} <= set(spec) and "q" in spec:
+            size *= max(1, len(np.arange(spec["min"], spec["max"], spec["q"])))
+        elif {"min", "max"} <= set(spec):
+            size *= max(1, int(spec["max"]) - int(spec["min"]) + 1)
+    return size
+
+
 def agent_args(params: dict[str, Any]) -> list[str]:
-    """The ``${args}`` the W&B agent substitutes for a run with ``params``: ``--key=value`` each."""
+    """The ``${args}`` the W&B agent substitutes for a run with ``params``: ``--key=value`` each (W&B's own
+    formatting, computed once per distinct parameter value)."""
+    return [_agent_arg(key, _hashable(value)) for key, value in params.items()]
+
+
+@functools.lru_cache(maxsize=65536, typed=True)  # typed: True, 1 and 1.0 are formatted differently
+def _agent_arg(key: str, value: Any) -> str:
     with _quiet():
         from wandb.sdk.launch.sweeps.utils import create_sweep_command_args
 
-    return list(create_sweep_command_args({"args": {k: {"value": v} for k, v in params.items()}})["args"])
+    (arg,) = create_sweep_command_args({"args": {key: {"value": _thawed(value)}}})["args"]
+    return str(arg)
+
+
+class _Frozen(str):
+    """A list or dict parameter value as its JSON, hashable for the cache (thawed back before W&B formats it)."""
+
+
+def _hashable(value: Any) -> Any:
+    return _Frozen(json.dumps(value)) if isinstance(value, (list, dict)) else value
+
+
+def _thawed(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, _Frozen) else value
 
 
 def _plain(value: Any) -> Any:

@@ -36,13 +36,19 @@ def plan_sweep(
 
 
 def check_commands(manifest: Manifest) -> None:
-    """Parse every run's command line as ``lit-fl fit`` would; the first bad one is a :class:`ConfigError`
-    naming the run and the key."""
+    """Parse the runs' command lines as ``lit-fl fit`` would; the first bad one is a :class:`ConfigError` naming the
+    run and the key. Linear in the runs: a run is parsed only when it brings a parameter value not yet checked in
+    its context (its config files and class paths, which decide what the other keys may be), so a grid of 10^5 runs
+    parses about as many command lines as it has distinct values."""
     from lit_fl.cli_errors import one_line
     from lit_fl.commands.fit import ALGORITHMS, config_keys, fit_parser, resolve_config_files
 
     parser = fit_parser()
+    checked: set[tuple[Any, str, str]] = set()
     for run in manifest.runs:
+        signature = _check_signature(run.params)
+        if signature <= checked:
+            continue
         try:
             parser.parse_args(resolve_config_files(run.command[2:]))
         except ConfigError as err:
@@ -50,6 +56,13 @@ def check_commands(manifest: Manifest) -> None:
         except Exception as err:  # jsonargparse reports bad keys and values as exceptions of its own
             message = one_line(err, config_keys(), ALGORITHMS)
             raise ConfigError(f"sweep {manifest.file}: run {run.name}: {message}") from None
+        checked |= signature
+
+
+def _check_signature(params: dict[str, Any]) -> set[tuple[Any, str, str]]:
+    """``(context, key, value)`` for each parameter; the context is the run's config files and class paths."""
+    context = tuple(repr(v) for k, v in params.items() if k == "config" or k.endswith("class_path"))
+    return {(context, key, repr(value)) for key, value in params.items()}
 
 
 def check_paper(sweep: SweepFile, manifest: Manifest) -> Paper | None:
@@ -89,9 +102,22 @@ def normalise_overrides(argv: list[str]) -> list[str]:
 
 def run_name(index: int, params: dict[str, Any]) -> str:
     """``003-dfml-0.1-s2``: the run's index, then its parameter values in short (file stems, no paths)."""
-    parts = [f"s{value}" if key == "seed" else short_value(value) for key, value in params.items()]
-    slug = re.sub(r"[^A-Za-z0-9_.+-]+", "_", "-".join(parts)).strip("_")
+    slug = "-".join(_name_part(key, repr(value), value) for key, value in params.items()).strip("_")
     return f"{index:03d}-{slug}"[:100]
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.+-]+")
+_parts: dict[tuple[str, str], str] = {}
+
+
+def _name_part(key: str, shown: str, value: Any) -> str:
+    """One parameter's part of a run name (computed once per distinct value: a grid repeats them)."""
+    part = _parts.get((key, shown))
+    if part is None:
+        part = _UNSAFE.sub("_", f"s{value}" if key == "seed" else short_value(value))
+        if len(_parts) < 100_000:
+            _parts[(key, shown)] = part
+    return part
 
 
 def short_value(value: Any) -> str:

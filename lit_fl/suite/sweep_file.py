@@ -22,10 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from lit_fl.configs import resolve_config
 from lit_fl.errors import ConfigError
+from lit_fl.strict_yaml import load_yaml
 
 COMMAND = ["${env}", "lit-fl", "fit", "${args}"]
 OFFLINE_METHODS = ("grid", "random")
@@ -64,13 +63,7 @@ def load_sweep_file(name: str | Path) -> SweepFile:
     """Read and check a sweep file (a path, or the name of a shipped sweep); one :class:`ConfigError` line
     naming the file and the problem otherwise."""
     path = resolve_config(name, kind="sweeps", key="sweep")
-    try:
-        config = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise ConfigError(f"sweep {path}:{where} malformed YAML: {problem}") from None
+    config = load_yaml(path, f"sweep {path}")
     if not isinstance(config, dict):
         raise ConfigError(f"sweep {path}: expected a mapping of W&B sweep keys, got {type(config).__name__}")
     check_schema(path, config)
