@@ -79,10 +79,15 @@ class RunDir:
         return all(n in FIRST_WRITES or n.startswith(".config.yaml.") for n in names)
 
     def read_config(self) -> dict[str, Any]:
-        """The stored config (empty when there is none)."""
-        import yaml
+        """The stored config (empty when there is none); a damaged one is a :class:`ConfigError` naming it."""
+        from lit_fl.strict_yaml import load_yaml
 
-        return (yaml.safe_load(self.config.read_text()) or {}) if self.config.is_file() else {}
+        if not self.config.is_file():
+            return {}
+        config = load_yaml(self.config, str(self.config)) or {}
+        if not isinstance(config, dict):
+            raise ConfigError(f"{self.config}: damaged: expected a mapping of config keys, got {type(config).__name__}")
+        return config
 
     def read_summary(self) -> dict[str, Any] | None:
         """The summary, or None when it is missing or unreadable."""

@@ -154,7 +154,7 @@ def with_run_config(argv: list[str]) -> list[str]:
         return argv
     try:
         stored = RunDir(Path(run)).read_config()
-    except (OSError, yaml.YAMLError):
+    except (OSError, ConfigError):
         return argv  # a damaged config.yaml: the run's own checks say so in one line
     stored.pop("trainer", None)
     return ["--config", yaml.safe_dump(stored, sort_keys=False), *argv]

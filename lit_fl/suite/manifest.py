@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lit_fl.errors import ConfigError
 from lit_fl.io import atomic_write_text
 
 MANIFEST = "manifest.json"
@@ -51,9 +52,19 @@ class Manifest:
 
     @classmethod
     def load(cls, sweep_dir: Path) -> Manifest:
-        raw = json.loads((Path(sweep_dir) / MANIFEST).read_text())
-        runs = [SweepRun(**run) for run in raw.pop("runs")]
-        return cls(**raw, runs=runs)
+        """The saved manifest; a damaged one is a :class:`ConfigError` line naming it."""
+        path = Path(sweep_dir) / MANIFEST
+        try:
+            raw = json.loads(path.read_text())
+            runs = [SweepRun(**run) for run in raw.pop("runs")]
+            manifest = cls(**raw, runs=runs)
+        except (ValueError, TypeError, KeyError, AttributeError) as err:  # JSON, keys, types: all mean damaged
+            reason = str(err).splitlines()[0][:120] if str(err) else type(err).__name__
+            raise ConfigError(f"{path}: damaged ({reason}); run the sweep again into another --run_dir") from None
+        if not all(isinstance(run.params, dict) and isinstance(run.command, list) for run in manifest.runs):
+            raise ConfigError(f"{path}: damaged (a run without params or command); run the sweep again into another "
+                              "--run_dir")
+        return manifest
 
 
 def is_sweep_dir(path: Path) -> bool:

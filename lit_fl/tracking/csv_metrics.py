@@ -7,6 +7,7 @@ import io
 import math
 from pathlib import Path
 
+from lit_fl.errors import ConfigError
 from lit_fl.io import atomic_write_text
 
 #: Columns every run has, in this order; ``acc/<arch>`` and algorithm extras follow.
@@ -75,12 +76,36 @@ def read_metrics(path: str | Path) -> list[dict[str, float]]:
 
 def _read(path: str | Path) -> tuple[list[dict[str, float]], bool]:
     """The complete rows, and whether a half-written last row was left out."""
-    text = Path(path).read_text()
+    try:
+        text = Path(path).read_text()
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: damaged: not a text file") from None
     torn = bool(text) and not text.endswith("\n")
     if torn:
         text = text[: text.rfind("\n") + 1]
     rows = list(csv.DictReader(io.StringIO(text, newline="")))
-    return [{k: (int(float(v)) if k == "round" else float(v)) for k, v in r.items()} for r in rows], torn
+    if rows and "round" not in rows[0]:
+        raise ConfigError(f"{path}: damaged: no round column in its header")
+    return [_parsed(path, line, row) for line, row in enumerate(rows, start=2)], torn
+
+
+def _parsed(path: str | Path, line: int, row: dict[str | None, str | None]) -> dict[str, float]:
+    """One row as floats (``round`` as int); a damaged one is a :class:`ConfigError` naming the file and line."""
+    if None in row or None in row.values():
+        raise ConfigError(f"{path}: damaged: line {line} does not have one value per column")
+    try:
+        return {k: (int(float(v)) if k == "round" else float(v)) for k, v in row.items()}  # type: ignore[arg-type]
+    except ValueError:
+        bad = next(k for k, v in row.items() if not _is_number(v))
+        raise ConfigError(f"{path}: damaged: line {line}, {bad}: {row[bad]!r} is not a number") from None
+
+
+def _is_number(value: str | None) -> bool:
+    try:
+        float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def _format(value: float) -> str:

@@ -49,6 +49,14 @@ class Group:
     runs: list[RunResult] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class LeftOut:
+    """A run folder that is not in the comparison, and why."""
+
+    name: str
+    reason: str
+
+
 @dataclass
 class Comparison:
     title: str
@@ -56,6 +64,7 @@ class Comparison:
     paper: Paper | None
     metric: str
     source: Path
+    left_out: list[LeftOut] = field(default_factory=list)
 
     @property
     def runs(self) -> list[RunResult]:
@@ -63,43 +72,67 @@ class Comparison:
 
 
 def load_comparison(paths: list[Path], metric: str | None = None) -> Comparison:
-    """Everything to compare under ``paths`` (one sweep directory, or run directories); a :class:`ConfigError`
-    line when there is nothing to compare."""
+    """Everything to compare under ``paths`` (one sweep directory, or run directories and folders of them); a
+    :class:`ConfigError` line when there is nothing to compare or a file is damaged. Folders that hold no run yet
+    are left out and named (:attr:`Comparison.left_out`)."""
     if len(paths) == 1 and is_sweep_dir(paths[0]):
-        return _from_sweep(paths[0], metric)
-    runs_dirs = []
-    for path in paths:
+        comparison = _from_sweep(paths[0], metric)
+    else:
+        comparison = _from_run_dirs(paths, metric)
+    _check_metric(comparison)
+    return comparison
+
+
+def _from_run_dirs(paths: list[Path], metric: str | None) -> Comparison:
+    runs: list[RunResult] = []
+    left_out: list[LeftOut] = []
+    for path in dict.fromkeys(paths):
         if not path.exists():
             raise ConfigError(f"compare: {path} does not exist")
-        found = [path] if RunDir(path).has_metrics() else sorted(p.parent for p in path.glob("*/metrics.csv"))
-        runs_dirs += found
-    runs = [_plain_run(p) for p in runs_dirs]
-    runs = [r for r in runs if r.rows]
+        if not path.is_dir():
+            raise ConfigError(f"compare: {path} is not a folder (give run directories or a sweep directory)")
+        candidates = [path] if RunDir(path).has_metrics() else sorted(p for p in path.iterdir() if p.is_dir())
+        for candidate in candidates:
+            if not RunDir(candidate).has_metrics():
+                left_out.append(LeftOut(str(candidate), "no metrics.csv (not a run, or not one evaluated round)"))
+                continue
+            run = _plain_run(candidate)
+            if run.rows:
+                runs.append(run)
+            else:
+                left_out.append(LeftOut(str(candidate), "no evaluated round in metrics.csv yet"))
     if not runs:
         raise ConfigError(f"compare: no runs with metrics in {', '.join(map(str, paths))}")
     _keep_differing(runs)
-    return Comparison(
-        ", ".join(p.name for p in paths), _group(runs, None), None, metric or "global_acc", paths[0]
-    )
+    title = ", ".join(p.name for p in paths)
+    return Comparison(title, _group(runs, None), None, metric or "global_acc", paths[0], left_out)
 
 
 def _from_sweep(sweep_dir: Path, metric: str | None) -> Comparison:
     manifest = Manifest.load(sweep_dir)
     paper = load_paper(sweep_dir / "paper.yaml") if (sweep_dir / "paper.yaml").is_file() else None
-    runs = []
+    runs, left_out = [], []
     for entry in manifest.runs:
-        path = sweep_dir / entry.run_dir
-        if RunDir(path).has_metrics():
-            rows = read_metrics(RunDir(path).metrics)
-            if rows:
-                params = dict(entry.configuration)
-                runs.append(RunResult(entry.name, path, params, int(entry.params.get("seed", 0)), rows,
-                                      RunDir(path).status() == "completed"))
+        run_dir = RunDir(sweep_dir / entry.run_dir)
+        rows = read_metrics(run_dir.metrics) if run_dir.has_metrics() else []
+        if not rows:
+            left_out.append(LeftOut(entry.name, f"{entry.status}: no evaluated round yet"))
+            continue
+        runs.append(RunResult(entry.name, run_dir.path, dict(entry.configuration), int(entry.params.get("seed", 0)),
+                              rows, run_dir.status() == "completed"))
     if not runs:
         raise ConfigError(f"compare: no runs with metrics in {sweep_dir} (run the sweep first: lit-fl sweep ...)")
     constant = {k for k in runs[0].params if all(r.params.get(k) == runs[0].params[k] for r in runs)}
     name = metric or (paper.metric if paper else manifest.metric.get("name", "global_acc"))
-    return Comparison(manifest.sweep, _group(runs, paper, hide=constant), paper, name, sweep_dir)
+    return Comparison(manifest.sweep, _group(runs, paper, hide=constant), paper, name, sweep_dir, left_out)
+
+
+def _check_metric(comparison: Comparison) -> None:
+    """The table's metric is a column of the runs (a misspelt ``--metric`` is refused, not shown as empty)."""
+    columns = sorted({key for run in comparison.runs for key in run.rows[0]})
+    if comparison.metric not in columns:
+        raise ConfigError(f"--metric: {comparison.metric!r} is not a column of these runs; allowed: "
+                          f"{', '.join(c for c in columns if c != 'round')}")
 
 
 def _plain_run(path: Path) -> RunResult:
