@@ -41,26 +41,40 @@ def main(argv: Sequence[str]) -> int:
 
 def compare(args: argparse.Namespace) -> int:
     from lit_fl.io import atomic_write_text
+    from lit_fl.suite.compare.claims import evaluate_claims
     from lit_fl.suite.compare.dashboard import write_dashboard
     from lit_fl.suite.compare.figures import write_figures
     from lit_fl.suite.compare.metric_kind import MetricKind
     from lit_fl.suite.compare.results import load_comparison
-    from lit_fl.suite.compare.table import to_csv, to_html, to_latex, to_markdown
+    from lit_fl.suite.compare.table import (
+        claims_html,
+        claims_markdown,
+        left_out_html,
+        left_out_markdown,
+        to_csv,
+        to_html,
+        to_latex,
+        to_markdown,
+    )
     from lit_fl.suite.manifest import is_sweep_dir
+    from lit_fl.validation import check_output_folder
 
     if not math.isfinite(args.target):
         raise ConfigError(f"--target must be a finite number, got {args.target}")
+    out = args.out or (args.paths[0] / "compare" if is_sweep_dir(args.paths[0]) else Path("compare"))
+    check_output_folder(out, "--out")  # before anything is read or computed
     comparison = load_comparison(args.paths, args.metric)
     if MetricKind(comparison.metric).is_accuracy and not 0.0 < args.target <= 1.0:
         raise ConfigError(f"--target: {comparison.metric} is an accuracy, so the target must be in (0, 1]; "
                           f"got {args.target}")
-    out = args.out or (args.paths[0] / "compare" if is_sweep_dir(args.paths[0]) else Path("compare"))
+    claims = evaluate_claims(comparison)  # the paper's claims, paired by seed (before anything is written)
     out.mkdir(parents=True, exist_ok=True)
-    markdown = to_markdown(comparison, args.target)
+    markdown = to_markdown(comparison, args.target) + claims_markdown(claims) + left_out_markdown(comparison)
     atomic_write_text(out / "results.md", markdown)
     atomic_write_text(out / "results.csv", to_csv(comparison, args.target))
     atomic_write_text(out / "results.tex", to_latex(comparison, args.target))
-    write_dashboard(comparison, to_html(comparison, args.target), out / "dashboard.html")
+    tables = to_html(comparison, args.target) + claims_html(claims) + left_out_html(comparison)
+    write_dashboard(comparison, tables, out / "dashboard.html")
     figures = write_figures(comparison, out / "figures")
     print(f"{comparison.title}: {len(comparison.groups)} configurations, {len(comparison.runs)} runs")
     if comparison.paper is not None:

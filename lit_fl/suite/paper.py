@@ -9,20 +9,35 @@
         value: 0.7366                            # a fraction, like metrics.csv
         label: "DFML, Dir(0.1)"                  # optional
         metric: server_acc/small                 # optional: a row for another column than ``metric``
+    claims:                                      # optional: the comparisons the paper makes
+      - claim: "DFML above FedAvg under label skew (Table 6)"   # the text shown
+        better: {config: experiments/mnist5k/dfml.yaml}          # the configuration(s) claimed better
+        worse: {config: experiments/mnist5k/fedavg.yaml}         # claimed worse; or a list: better than each
+        metric: global_acc                       # optional: default the file's metric
+        at: final                                # optional: final (the last evaluated round, default) or best
+        paper: [0.7366, 0.6543]                  # optional: the paper's better and worse numbers (one per worse)
+        source: "Table 6"                        # optional
 
 A run's configuration matches a row when every ``match`` item equals the run's sweep parameter and the row is
-for the metric the table shows.
+for the metric the table shows. A claim's ``better`` and each of its ``worse`` matches follow the same rule; how
+a claim whose matches each match several configurations is paired and tested is in
+:mod:`lit_fl.suite.compare.claims`.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from lit_fl.errors import ConfigError
+from lit_fl.strict_yaml import load_yaml
+from lit_fl.suite.compare.metric_kind import MetricKind
+
+CLAIM_KEYS = ("at", "better", "claim", "metric", "paper", "source", "worse")
+AT = ("final", "best")
 
 
 @dataclass(frozen=True)
@@ -34,24 +49,43 @@ class PaperRow:
 
 
 @dataclass(frozen=True)
+class Claim:
+    """One comparison the paper makes: the configuration(s) ``better`` match beat those of every ``worse`` match
+    on ``metric`` (None: the file's) at the ``final`` evaluated round or at their ``best``. ``paper`` holds the
+    paper's numbers, better first, then one per ``worse`` match (empty when not given)."""
+
+    text: str
+    better: dict[str, Any]
+    worse: tuple[dict[str, Any], ...]
+    metric: str | None = None
+    at: str = "final"
+    paper: tuple[float, ...] = ()
+    source: str = ""
+
+    @property
+    def keys(self) -> set[str]:
+        """The sweep parameters named by ``better`` or any ``worse`` match (the rest must agree within a pair)."""
+        return set(self.better).union(*self.worse)
+
+
+@dataclass(frozen=True)
 class Paper:
     source: str
     metric: str
     rows: list[PaperRow] = field(default_factory=list)
+    claims: tuple[Claim, ...] = ()
 
 
 def load_paper(path: str | Path) -> Paper:
     """Read and check a ``.paper.yaml`` file (one :class:`ConfigError` line naming the problem otherwise)."""
     path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise ConfigError(f"paper numbers {path}: malformed YAML: {str(err).splitlines()[0]}") from None
+    raw = load_yaml(path, f"paper numbers {path}")
     if not isinstance(raw, dict) or not isinstance(raw.get("rows"), list):
         raise ConfigError(f"paper numbers {path}: expected keys source, metric, rows (a list)")
-    unknown = set(raw) - {"source", "metric", "rows"}
+    unknown = set(raw) - {"source", "metric", "rows", "claims"}
     if unknown:
-        raise ConfigError(f"paper numbers {path}: unknown key {sorted(unknown)[0]!r}; allowed: metric, rows, source")
+        raise ConfigError(f"paper numbers {path}: unknown key {sorted(unknown)[0]!r}; "
+                          "allowed: claims, metric, rows, source")
     rows = []
     for i, row in enumerate(raw["rows"], start=1):
         if not isinstance(row, dict) or not isinstance(row.get("match"), dict) or "value" not in row:
@@ -64,7 +98,83 @@ def load_paper(path: str | Path) -> Paper:
             raise ConfigError(f"paper numbers {path}: row {i} has unknown key {sorted(unknown)[0]!r}; "
                               "allowed: label, match, metric, value")
         rows.append(PaperRow(dict(row["match"]), value, str(row.get("label", "")), row.get("metric")))
-    return Paper(str(raw.get("source", "")), str(raw.get("metric", "global_acc")), rows)
+    claims = raw.get("claims", [])
+    if not isinstance(claims, list):
+        raise ConfigError(f"paper numbers {path}: claims must be a list, got {type(claims).__name__}")
+    metric = str(raw.get("metric", "global_acc"))
+    parsed = tuple(_claim(path, i, claim, metric) for i, claim in enumerate(claims, start=1))
+    return Paper(str(raw.get("source", "")), metric, rows, parsed)
+
+
+def _claim(path: Path, i: int, raw: Any, file_metric: str) -> Claim:
+    """One ``claims`` item, checked key by key (a :class:`ConfigError` naming the file, claim ``i`` and the key);
+    the paper's numbers of an accuracy are fractions, like the rows'."""
+    where = f"paper numbers {path}: claim {i}"
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where} must be a mapping with keys claim, better, worse; got {type(raw).__name__}")
+    unknown = set(raw) - set(CLAIM_KEYS)
+    if unknown:
+        raise ConfigError(f"{where} has unknown key {sorted(unknown, key=str)[0]!r}; allowed: {', '.join(CLAIM_KEYS)}")
+    for key in ("claim", "better", "worse"):
+        if key not in raw:
+            raise ConfigError(f"{where} needs key {key!r}")
+    if not isinstance(raw["claim"], str) or not raw["claim"].strip():
+        raise ConfigError(f"{where} key 'claim' must be the claim's text (a non-empty string)")
+    better = _match(where, "better", raw["better"])
+    worse_raw = raw["worse"] if isinstance(raw["worse"], list) else [raw["worse"]]
+    if not worse_raw:
+        raise ConfigError(f"{where} key 'worse' must be a match or a non-empty list of matches")
+    worse = tuple(_match(where, "worse", w) for w in worse_raw)
+    metric = raw.get("metric")
+    if metric is not None and (not isinstance(metric, str) or not metric):
+        raise ConfigError(f"{where} key 'metric' must be a metrics.csv column name, got {metric!r}")
+    at = raw.get("at", "final")
+    if at not in AT:
+        raise ConfigError(f"{where} key 'at' must be final or best, got {at!r}")
+    paper = _paper_numbers(where, raw.get("paper"), 1 + len(worse))
+    if MetricKind(metric or file_metric).is_accuracy and not all(0.0 <= v <= 1.0 for v in paper):
+        raise ConfigError(f"{where} key 'paper' must be fractions in [0, 1] for an accuracy, got {list(paper)}")
+    return Claim(raw["claim"].strip(), better, worse, metric, at, paper, str(raw.get("source", "")))
+
+
+def _match(where: str, key: str, raw: Any) -> dict[str, Any]:
+    if not isinstance(raw, dict) or not raw:
+        raise ConfigError(f"{where} key {key!r} must be a non-empty mapping of sweep parameters, got {raw!r}")
+    if "seed" in raw:
+        raise ConfigError(f"{where} key {key!r} must not match seed (a claim is paired over the seeds)")
+    return dict(raw)
+
+
+def _paper_numbers(where: str, raw: Any, count: int) -> tuple[float, ...]:
+    """``paper``: absent, or ``count`` finite numbers (better, then one per worse match)."""
+    if raw is None:
+        return ()
+    numbers = raw if isinstance(raw, list) else [None]
+    if len(numbers) != count or not all(_is_number(v) for v in numbers):
+        raise ConfigError(f"{where} key 'paper' must be a list of {count} numbers (better, then each worse), "
+                          f"got {raw!r}")
+    return tuple(float(v) for v in numbers)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def matches(match: dict[str, Any], params: dict[str, Any]) -> bool:
+    """Whether every ``match`` item equals the sweep parameter of that name in ``params``."""
+    return all(key in params and params[key] == value for key, value in match.items())
+
+
+def check_claims(paper: Paper | None, path: str | Path, configurations: Iterable[dict[str, Any]]) -> None:
+    """A :class:`ConfigError` line for the first claim whose ``better`` or a ``worse`` match matches none of
+    ``configurations`` (the sweep parameters of its runs)."""
+    if paper is None:
+        return
+    configurations = list(configurations)
+    for i, claim in enumerate(paper.claims, start=1):
+        for key, match in [("better", claim.better)] + [("worse", w) for w in claim.worse]:
+            if not any(matches(match, params) for params in configurations):
+                raise ConfigError(f"paper numbers {path}: claim {i} key {key!r} ({match}) matches no run of the sweep")
 
 
 def paper_row(paper: Paper | None, params: dict[str, Any], metric: str | None = None) -> PaperRow | None:
@@ -76,7 +186,7 @@ def paper_row(paper: Paper | None, params: dict[str, Any], metric: str | None = 
     for row in paper.rows:
         if (row.metric or paper.metric) != wanted:
             continue
-        if all(key in params and params[key] == value for key, value in row.match.items()):
+        if matches(row.match, params):
             return row
     return None
 

@@ -10,7 +10,7 @@ from typing import Any
 from lit_fl.errors import ConfigError
 from lit_fl.suite.engine import agent_args, expand
 from lit_fl.suite.manifest import Manifest, SweepRun
-from lit_fl.suite.paper import Paper, load_paper, paper_row
+from lit_fl.suite.paper import Paper, check_claims, load_paper, paper_row
 from lit_fl.suite.sweep_file import SweepFile
 
 
@@ -74,6 +74,7 @@ def check_paper(sweep: SweepFile, manifest: Manifest) -> Paper | None:
         single = Paper(paper.source, paper.metric, [row])
         if not any(paper_row(single, run.params, row.metric) for run in manifest.runs):
             raise ConfigError(f"paper numbers {sweep.paper_path}: row {i} ({row.match}) matches no run of the sweep")
+    check_claims(paper, sweep.paper_path, [run.params for run in manifest.runs])
     return paper
 
 

@@ -1,14 +1,18 @@
 """The results table: per configuration, final and best accuracy (mean +- std over seeds), rounds and MB until
-a target accuracy is first reached (DFML Table 8 style), and the paper's number beside ours."""
+a target accuracy is first reached (DFML Table 8 style), and the paper's number beside ours; and the claims table
+(:mod:`lit_fl.suite.compare.claims`): per claim and pair of configurations the mean paired difference, the seeds
+on which it holds and the verdict."""
 
 from __future__ import annotations
 
 import csv
+import html
 import io
 import math
 import statistics
 from dataclasses import dataclass
 
+from lit_fl.suite.compare.claims import RULE, ClaimResult
 from lit_fl.suite.compare.metric_kind import MetricKind
 from lit_fl.suite.compare.results import Comparison, Group, RunResult, paper_value_of
 
@@ -166,7 +170,6 @@ def _num(value: float) -> str:
 
 
 def to_html(comparison: Comparison, target: float) -> str:
-    import html
 
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header(comparison, target))
     body = "".join(
@@ -174,3 +177,77 @@ def to_html(comparison: Comparison, target: float) -> str:
         for row in table_rows(comparison, target)
     )
     return f'<table id="results"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+CLAIMS_HEADER = ["claim", "better vs worse", "metric", "mean difference ± std", "seeds holding", "p (one-sided)",
+                 "verdict", "paper (better vs worse)"]
+
+
+def claim_cells(result: ClaimResult) -> list[str]:
+    """A claim's row: the mean paired difference ± its std in percentage points (pp) for an accuracy, as numbers
+    otherwise; the seeds with ``d > 0`` of the paired ones; the one-sided p in the direction of the mean."""
+    claim, kind = result.claim, result.kind
+    text = claim.text if not claim.source or claim.source in claim.text else f"{claim.text} ({claim.source})"
+    pair = f"{result.better} vs {result.worse}"
+    if result.missing:
+        pair += f" [left out: {'; '.join(result.missing)}]"
+    return [
+        text,
+        pair,
+        f"{result.metric}, {claim.at}" + (" (lower is better)" if kind.lower_is_better else ""),
+        _difference(result),
+        f"{result.holding}/{result.n}",
+        "-" if math.isnan(result.p) else "< 0.001" if result.p < 0.001 else f"{result.p:.3g}",
+        result.verdict,
+        "-" if result.paper is None else " vs ".join(_value(v, kind) for v in result.paper),
+    ]
+
+
+def _difference(result: ClaimResult) -> str:
+    if not result.n:
+        return "-"
+    scale, digits, unit = (100.0, ".2f", " pp") if result.kind.is_accuracy else (1.0, ".4g", "")
+    spread = "" if math.isnan(result.std) else f" ± {scale * result.std:{digits}}"
+    return f"{scale * result.mean:+{digits}}{spread}{unit}"
+
+
+def _value(value: float, kind: MetricKind) -> str:
+    return f"{100 * value:.2f}%" if kind.is_accuracy else f"{value:.4g}"
+
+
+def claims_markdown(results: list[ClaimResult]) -> str:
+    """The "Claims" section of results.md (empty without claims)."""
+    if not results:
+        return ""
+    lines = ["", "## Claims", "", RULE, "", "| " + " | ".join(CLAIMS_HEADER) + " |",
+             "| " + " | ".join("---" for _ in CLAIMS_HEADER) + " |"]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in claim_cells(r)) + " |" for r in results]
+    return "\n".join(lines) + "\n"
+
+
+def claims_html(results: list[ClaimResult]) -> str:
+    """The claims table of the dashboard (empty without claims)."""
+
+    if not results:
+        return ""
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in CLAIMS_HEADER)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in claim_cells(r)) + "</tr>" for r in results
+    )
+    return (f'<h2>Claims</h2><p>{html.escape(RULE)}</p>'
+            f'<table id="claims"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>')
+
+
+def left_out_markdown(comparison: Comparison) -> str:
+    """The run folders left out of the comparison, each with its reason (empty when none was)."""
+    if not comparison.left_out:
+        return ""
+    lines = [f"- {item.name}: {item.reason}" for item in comparison.left_out]
+    return "\n## Left out\n\n" + "\n".join(lines) + "\n"
+
+
+def left_out_html(comparison: Comparison) -> str:
+    if not comparison.left_out:
+        return ""
+    items = "".join(f"<li>{html.escape(item.name)}: {html.escape(item.reason)}</li>" for item in comparison.left_out)
+    return f'<h2>Left out</h2><ul id="left-out">{items}</ul>'

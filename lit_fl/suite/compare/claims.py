@@ -1,0 +1,243 @@
+"""The paper's claims (``claims:`` of ``NAME.paper.yaml``, :mod:`lit_fl.suite.paper`) checked on a sweep's runs,
+paired by seed.
+
+Pairs: a claim's ``better`` match and each ``worse`` match may each match several configurations. A configuration
+matched by ``better`` is compared with every configuration matched by a ``worse`` match that has the same value
+of every sweep parameter the claim's matches do not name (e.g. ``better: {config: dfml.yaml}`` and ``worse:
+{config: fedavg.yaml}`` over a sweep that also varies ``data`` give one pair per ``data``); a configuration is
+never compared with itself. Each pair is one :class:`ClaimResult`.
+
+Per pair, for every seed both configurations ran to completion, ``d_s`` is how much better the better
+configuration did than the worse one on that seed: ``better - worse`` of the metric at the last evaluated round
+(``at: final``) or at each run's best round (``at: best``); ``worse - better`` for a loss (lower is better).
+Unfinished runs (summary status not ``completed``) are left out and named, and so is each seed that only one side
+has (or whose run has no value of the metric). Within a configuration the first completed run of a seed counts.
+
+Verdict (one-sided paired t-test on the ``d_s``, ``n - 1`` degrees of freedom, level ``ALPHA`` = 0.05): *holds*
+when the mean ``d`` > 0 and p < 0.05 for "better > worse"; *does not hold* when the mean ``d`` < 0 and p < 0.05
+for "worse > better"; otherwise *within seed noise*; *not enough seeds* with fewer than 2 paired seeds. (All
+``d_s`` equal and nonzero: t is infinite, p = 0.) The t distribution is computed exactly for integer degrees of
+freedom (Abramowitz & Stegun 26.7.3-4), with the standard library. Why a t-test and not a sign test: with the 3
+to 5 seeds a sweep affords, a sign test can never reach p < 0.05 (its smallest one-sided p with 3 seeds is 1/8), so
+every claim would read "within seed noise"; the paired t-test uses the size of the differences, not only their signs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from lit_fl.errors import ConfigError
+from lit_fl.suite.compare.metric_kind import MetricKind
+from lit_fl.suite.compare.results import Comparison, Group, RunResult
+from lit_fl.suite.paper import Claim, check_claims, matches
+
+ALPHA = 0.05
+HOLDS, FAILS, NOISE, TOO_FEW = "holds", "does not hold", "within seed noise", "not enough seeds"
+RULE = (
+    "Paired by seed: d = better − worse (worse − better for a loss) per seed both configurations completed. "
+    f"Verdict by a one-sided paired t-test: {HOLDS} if mean d > 0 and p < {ALPHA:g} for better > worse; "
+    f"{FAILS} if mean d < 0 and p < {ALPHA:g} for worse > better; {NOISE} otherwise; "
+    f"{TOO_FEW} with fewer than 2 paired seeds."
+)
+
+
+@dataclass(frozen=True)
+class ClaimResult:
+    """Claim ``number`` (from 1, in file order) on one pair of configurations (their labels ``better`` and
+    ``worse``): ``differences`` are ``(seed, d_s)`` by seed, ``missing`` the seeds left out (with why),
+    ``unfinished`` the names of the runs left out, ``paper`` the paper's (better, worse) numbers or None."""
+
+    number: int
+    claim: Claim
+    metric: str
+    better: str
+    worse: str
+    differences: tuple[tuple[int, float], ...]
+    missing: tuple[str, ...] = ()
+    unfinished: tuple[str, ...] = ()
+    paper: tuple[float, float] | None = None
+
+    @property
+    def kind(self) -> MetricKind:
+        return MetricKind(self.metric)
+
+    @property
+    def values(self) -> list[float]:
+        return [d for _, d in self.differences]
+
+    @property
+    def n(self) -> int:
+        return len(self.differences)
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.values) if self.values else math.nan
+
+    @property
+    def std(self) -> float:
+        """Sample std (ddof 1) of the ``d_s``; NaN with fewer than 2."""
+        return statistics.stdev(self.values) if self.n > 1 else math.nan
+
+    @property
+    def holding(self) -> int:
+        """Seeds on which the better configuration did better (``d_s > 0``)."""
+        return sum(d > 0 for d in self.values)
+
+    @property
+    def p_better(self) -> float:
+        """One-sided p of the paired t-test for "better > worse" (NaN with fewer than 2 seeds)."""
+        return paired_p_greater(self.values)
+
+    @property
+    def p_worse(self) -> float:
+        """One-sided p for "worse > better"."""
+        return paired_p_greater([-d for d in self.values])
+
+    @property
+    def p(self) -> float:
+        """The one-sided p in the direction of the mean difference."""
+        return self.p_worse if self.mean < 0 else self.p_better
+
+    @property
+    def verdict(self) -> str:
+        if self.n < 2:
+            return TOO_FEW
+        if self.mean > 0 and self.p_better < ALPHA:
+            return HOLDS
+        if self.mean < 0 and self.p_worse < ALPHA:
+            return FAILS
+        return NOISE
+
+
+def evaluate_claims(comparison: Comparison) -> list[ClaimResult]:
+    """Every claim of the comparison's paper file, one result per pair of configurations (none without a paper
+    file or claims); a :class:`ConfigError` line for a claim that matches no run, pairs no configurations or names
+    a metric no run has."""
+    if comparison.paper is None or not comparison.paper.claims:
+        return []
+    path = comparison.source / "paper.yaml"
+    check_claims(comparison.paper, path, [group.params for group in comparison.groups])
+    results = []
+    for number, claim in enumerate(comparison.paper.claims, start=1):
+        metric = claim.metric or comparison.paper.metric
+        if not any(metric in row for run in comparison.runs for row in run.rows):
+            raise ConfigError(f"paper numbers {path}: claim {number} key 'metric': no run has a {metric!r} column")
+        found = claim_pairs(comparison.groups, claim)
+        if not found:
+            raise ConfigError(f"paper numbers {path}: claim {number} keys 'better', 'worse': no configuration "
+                              "matching better has the same other sweep parameters as one matching worse")
+        results += [evaluate_pair(number, claim, metric, better, worse, j) for better, worse, j in found]
+    return results
+
+
+def claim_pairs(groups: list[Group], claim: Claim) -> list[tuple[Group, Group, int]]:
+    """``(better, worse, j)`` for every configuration matching ``better`` and every different one matching
+    ``worse[j]`` that agrees with it on every sweep parameter the claim does not name."""
+    keys = claim.keys
+    out = []
+    for better in (g for g in groups if matches(claim.better, g.params)):
+        for j, match in enumerate(claim.worse):
+            out += [(better, worse, j) for worse in groups
+                    if worse is not better and matches(match, worse.params)
+                    and _context(worse.params, keys) == _context(better.params, keys)]
+    return out
+
+
+def evaluate_pair(number: int, claim: Claim, metric: str, better: Group, worse: Group, j: int = 0) -> ClaimResult:
+    """Claim ``number`` on one pair of configurations (``j``: which ``worse`` match ``worse`` matched), paired by
+    seed."""
+    kind = MetricKind(metric)
+    sides = [_by_seed(better, metric, claim.at, kind), _by_seed(worse, metric, claim.at, kind)]
+    labels = (better.label, worse.label)
+    differences, missing = [], []
+    for seed in sorted(set(sides[0][0]) | set(sides[1][0]) | set(sides[0][1]) | set(sides[1][1])):
+        values = [side[0].get(seed, math.nan) for side in sides]
+        if not any(math.isnan(v) for v in values):
+            d = values[0] - values[1]
+            differences.append((seed, -d if kind.lower_is_better else d))
+            continue
+        why = [_absent(label, side, seed, metric) for label, side, v in zip(labels, sides, values) if math.isnan(v)]
+        missing.append(f"seed {seed} ({'; '.join(why)})")
+    unfinished = tuple(run.name for side in sides for runs in side[1].values() for run in runs)
+    paper = (claim.paper[0], claim.paper[1 + j]) if claim.paper else None
+    return ClaimResult(number, claim, metric, better.label, worse.label, tuple(differences), tuple(missing),
+                       unfinished, paper)
+
+
+#: a configuration's runs by seed: the metric of its first completed run (NaN: no value), and its unfinished runs
+Side = tuple[dict[int, float], dict[int, list[RunResult]]]
+
+
+def _by_seed(group: Group, metric: str, at: str, kind: MetricKind) -> Side:
+    values: dict[int, float] = {}
+    unfinished: dict[int, list[RunResult]] = {}
+    for run in group.runs:
+        if not run.complete:
+            unfinished.setdefault(run.seed, []).append(run)
+        elif run.seed not in values:
+            values[run.seed] = run_value(run, metric, at, kind)
+    return values, unfinished
+
+
+def _absent(label: str, side: Side, seed: int, metric: str) -> str:
+    """Why a configuration has no value for ``seed``."""
+    values, unfinished = side
+    if seed in values:
+        return f"{label}: no {metric}"
+    if seed in unfinished:
+        return f"{label}: unfinished run {', '.join(run.name for run in unfinished[seed])}"
+    return f"no {label} run"
+
+
+def run_value(run: RunResult, metric: str, at: str, kind: MetricKind | None = None) -> float:
+    """``metric`` at the run's last evaluated round (``final``: the last non-NaN value) or its ``best``; NaN when
+    the run has none."""
+    column = [v for v in run.column(metric) if not math.isnan(v)]
+    if not column:
+        return math.nan
+    return (kind or MetricKind(metric)).best(column) if at == "best" else column[-1]
+
+
+def _context(params: dict[str, Any], keys: set[str]) -> str:
+    return json.dumps({k: v for k, v in params.items() if k not in keys}, sort_keys=True, default=str)
+
+
+def paired_p_greater(differences: list[float]) -> float:
+    """One-sided p of the paired t-test that the mean of ``differences`` is > 0: ``P(T >= t)`` with
+    ``t = mean / (std / sqrt(n))`` and ``n - 1`` degrees of freedom; NaN with fewer than 2 values. All values
+    equal: p = 0 if they are > 0, 1 if < 0, 0.5 if 0."""
+    n = len(differences)
+    if n < 2:
+        return math.nan
+    mean, std = statistics.fmean(differences), statistics.stdev(differences)
+    if std == 0.0:
+        return 0.0 if mean > 0 else 1.0 if mean < 0 else 0.5
+    return student_t_sf(mean / (std / math.sqrt(n)), n - 1)
+
+
+def student_t_sf(t: float, df: int) -> float:
+    """``P(T > t)`` for Student's t with integer ``df >= 1`` degrees of freedom."""
+    inside = _student_t_abs_below(abs(t), df)
+    return (1.0 - inside) / 2.0 if t >= 0 else (1.0 + inside) / 2.0
+
+
+def _student_t_abs_below(t: float, df: int) -> float:
+    """``P(|T| < t)``, ``t >= 0``: Abramowitz & Stegun 26.7.3 (odd ``df``) and 26.7.4 (even), with
+    ``theta = atan(t / sqrt(df))``."""
+    theta = math.atan(t / math.sqrt(df))
+    sin, cos2 = math.sin(theta), math.cos(theta) ** 2
+    if df % 2 == 1:
+        term = total = math.cos(theta) if df > 1 else 0.0
+        for k in range(1, (df - 1) // 2):  # cos^(2k+1): 2·4···2k / 3·5···(2k+1)
+            term *= cos2 * (2 * k) / (2 * k + 1)
+            total += term
+        return min(1.0, 2.0 / math.pi * (theta + sin * total))
+    term = total = 1.0
+    for k in range(1, df // 2):  # cos^(2k): 1·3···(2k-1) / 2·4···2k
+        term *= cos2 * (2 * k - 1) / (2 * k)
+        total += term
+    return min(1.0, sin * total)
