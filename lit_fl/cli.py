@@ -14,6 +14,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from lit_fl import stop_signals
+
 #: subcommand -> (module with ``main(argv) -> int``, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "fit": ("lit_fl.commands.fit", "Run an experiment from a config file and write a run directory."),
@@ -25,7 +27,18 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    with stop_signals.handled():  # from the first instruction: a signal stops the command at its next safe point
+        try:
+            return _dispatch(list(sys.argv[1:] if argv is None else argv))
+        except KeyboardInterrupt:  # a second signal: abort at once, one line, never a traceback
+            print("lit-fl: aborted", file=sys.stderr)
+            return 130
+        except BrokenPipeError:  # `lit-fl ... | head`: the reader has what it wanted
+            _silence_stdout()
+            return 0
+
+
+def _dispatch(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
         return 0 if argv else 2
@@ -33,20 +46,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command not in COMMANDS:
         print(f"lit-fl: error: unknown command {command!r}; allowed: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
-    from lit_fl import stop_signals
     from lit_fl.user_code import working_directory_importable
 
     working_directory_importable()  # a config may name the user's own code (gossip.Gossip), as with python -m
-    with stop_signals.handled():  # a signal at any moment: the command stops at its next safe point
-        try:
-            module = importlib.import_module(COMMANDS[command][0])
-            return int(module.main(rest))
-        except KeyboardInterrupt:  # a second signal: abort at once, one line, never a traceback
-            print(f"lit-fl {command}: aborted", file=sys.stderr)
-            return 130
-        except BrokenPipeError:  # `lit-fl ... | head`: the reader has what it wanted
-            _silence_stdout()
-            return 0
+    module = importlib.import_module(COMMANDS[command][0])
+    return int(module.main(rest))
 
 
 def _silence_stdout() -> None:

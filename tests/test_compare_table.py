@@ -101,7 +101,7 @@ def test_an_unfinished_run_is_named_and_never_averaged_into_the_final_accuracy(t
     comparison = load_comparison([tmp_path], None)
     (row,) = table_rows(comparison, 0.8)
     assert row.final.values == [0.78] and row.rounds == 3 and row.seeds == 1
-    assert row.label.endswith("[1 unfinished, left out: stopped at round 2]")
+    assert row.label.endswith("[unfinished, left out: a (seed 0) at round 2]")
     unfinished = Comparison("t", [Group("g", {}, [comparison.runs[0]])], None, "global_acc", tmp_path)
     (only,) = table_rows(unfinished, 0.8)
-    assert only.label == "g [unfinished: stopped at round 2]" and only.rounds == 2
+    assert only.label == "g [unfinished, shown alone: a (seed 0) at round 2]" and only.rounds == 2

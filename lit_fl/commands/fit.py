@@ -205,3 +205,7 @@ def _print_summary(summary: dict[str, Any]) -> None:
         f"global_acc {acc:.4f} (best {best.get('global_acc', float('nan')):.4f} at round {best.get('round', '-')}), "
         f"{summary['comm_mb']:.1f} MB sent, {summary['wall_s']:.1f}s -> {summary['run_dir']}"
     )
+    if summary["status"] == "interrupted":
+        stop = summary.get("stop_signal", "a stop request")
+        print(f"lit-fl: stopped by {stop} after round {summary['rounds_completed']} with a checkpoint; continue it: "
+              f"lit-fl fit --resume {summary['run_dir']}", file=sys.stderr)

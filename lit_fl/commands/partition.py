@@ -7,6 +7,7 @@ client x class bubble plot (DFML Fig. 10, PNG) and per-client class counts (CSV)
 from __future__ import annotations
 
 import sys
+from argparse import ArgumentError
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -36,7 +37,7 @@ def main(argv: Sequence[str]) -> int:
         cfg = parser.parse_args(with_run_config(resolve_config_files(argv)))
         experiment, _, _ = prepare(cfg, parser)  # every check of lit-fl fit: what fit refuses, partition refuses
         return partition(experiment.data, experiment.seed, out)
-    except (ValueError, TypeError) as err:
+    except (ArgumentError, ValueError, TypeError) as err:
         print(f"lit-fl: error: {one_line(err, config_keys(), ALGORITHMS)}", file=sys.stderr)
         return 2
 

@@ -49,11 +49,13 @@ def sweep(args: argparse.Namespace, rest: list[str]) -> int:
     from lit_fl.suite.manifest import Manifest, is_sweep_dir
     from lit_fl.suite.plan import check_commands, check_paper, normalise_overrides, plan_sweep
     from lit_fl.suite.sweep_file import load_sweep_file
+    from lit_fl.validation import check_output_folder
 
     if args.jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
     if args.count is not None and args.count < 1:
         raise ConfigError(f"--count must be >= 1, got {args.count}")
+    check_output_folder(Path(args.run_dir), "--run_dir")
     overrides = normalise_overrides(rest)
     sweep_file = load_sweep_file(args.sweep)
     if args.wandb:

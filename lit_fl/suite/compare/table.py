@@ -87,9 +87,8 @@ def _row(comparison: Comparison, group: Group, target: float) -> TableRow:
     reach = [first_reach(run, metric, target) for run in runs]
     label = group.label
     if unfinished:
-        stopped = ", ".join(str(int(run.rows[-1]["round"])) for run in unfinished)
-        label += (f" [{len(unfinished)} unfinished, left out: stopped at round {stopped}]" if done
-                  else f" [unfinished: stopped at round {stopped}]")
+        stopped = ", ".join(f"{run.name} (seed {run.seed}) at round {int(run.rows[-1]['round'])}" for run in unfinished)
+        label += f" [unfinished, left out: {stopped}]" if done else f" [unfinished, shown alone: {stopped}]"
     return TableRow(
         kind=kind,
         label=label,
