@@ -30,7 +30,7 @@ from lit_fl.io import atomic_write_text, strict_json
 from lit_fl.lazy import eager_init_annotations
 from lit_fl.run_dir import RunDir
 from lit_fl.run_identity import IDENTITY_KEYS, RunIdentity
-from lit_fl.tracking import MetricsCSV, RoundProgress, WandbTracker
+from lit_fl.tracking import MetricsCSV, RoundProgress, WandbTracker, read_metrics
 
 if TYPE_CHECKING:
     from lit_fl.federation.state import Federation
@@ -93,6 +93,7 @@ class Experiment:
         self.topology, self.faults = topology or TopologyConfig(), faults or FaultsConfig()
         self.seed, self.rounds, self.eval_every, self.checkpoint_every = seed, rounds, eval_every, checkpoint_every
         self.run_dir, self.name = Path(run_dir), name
+        self.run_path: Path | None = None  #: the run directory, once :meth:`fit` has resolved it
 
     # -- paths -----------------------------------------------------------------------------------------
 
@@ -147,7 +148,7 @@ class Experiment:
 
     def fit(self, config: dict[str, Any], resume: str | None = None) -> dict[str, Any]:
         """Run (or continue) the experiment; ``config`` is the resolved config written to config.yaml."""
-        run_path = self.resolve_run_path(resume)
+        run_path = self.run_path = self.resolve_run_path(resume)
         rounds_note = check_resume_config(run_path, config) if resume else None
         federation, runner = self.build()
         if not runner.is_global_zero:
@@ -189,7 +190,8 @@ class Experiment:
         if resume and csv.torn:
             print(f"lit-fl: --resume: {run.metrics} ended in a half-written row (a kill between two writes); it is "
                   "left out and its round computed again", file=sys.stderr)
-        earlier = csv.truncate_after(federation.round) if resume else []  # the rows before a resume point
+        if resume:
+            csv.truncate_after(federation.round)  # the rows after the resume point are computed again
         tracker = self._start_wandb(run_path, config, extra.get("wandb_id"))
         progress = RoundProgress(self.rounds, federation.round + 1, f"{self.algorithm.name}", self.logger.progress)
         elapsed_before = float(extra.get("wall_s", 0.0))
@@ -230,7 +232,9 @@ class Experiment:
             raise
         finally:
             progress.close()
-            summary = _summary(earlier + loop.history, status, federation.round, self.rounds, wall_s(), ledger.total_mb)
+            # the rows as metrics.csv holds them (rounded), so a resumed run's summary equals an uninterrupted one's
+            rows = read_metrics(run.metrics) if run.has_metrics() else []
+            summary = _summary(rows, status, federation.round, self.rounds, wall_s(), ledger.total_mb)
             summary["run_dir"] = str(run_path)
             summary["topology"] = federation.topology.name
             if loop.stop_signal:

@@ -95,17 +95,31 @@ def main(argv: Sequence[str]) -> int:
     except (ConfigError, DatasetNotFoundError) as err:  # refused while building, before anything was written
         return _bad_input(err)
     except KeyboardInterrupt:
-        print("lit-fl: aborted (the last checkpoint stays: continue with --resume)", file=sys.stderr)
+        print(f"lit-fl: aborted; {_what_stays(experiment)}", file=sys.stderr)
         return EXIT_ABORTED
     except Exception as err:  # noqa: BLE001 - a bug or a runtime failure: full evidence, never a config error
         traceback.print_exc()
-        print(f"lit-fl: error: the run failed ({type(err).__name__}); summary.json records it and the last "
-              "checkpoint stays", file=sys.stderr)
+        print(f"lit-fl: error: the run failed ({type(err).__name__}); {_what_stays(experiment)}", file=sys.stderr)
         return EXIT_FAILED
     if "rank" in summary:  # processes other than rank 0 print nothing and exit 0 once their rounds are done: a
         return EXIT_OK  # launcher kills the whole group when one process exits non-zero, rank 0 mid-write included
     _print_summary(summary)
     return {"completed": EXIT_OK, "interrupted": EXIT_INTERRUPTED}.get(summary["status"], EXIT_FAILED)
+
+
+def _what_stays(experiment: Experiment) -> str:
+    """What a failed or aborted run left, as it is on disk (never a checkpoint or summary that was not written)."""
+    from lit_fl.run_dir import RunDir
+
+    if experiment.run_path is None or not experiment.run_path.exists():
+        return "nothing was written"
+    run = RunDir(experiment.run_path)
+    said = ["summary.json records it"] if run.status() in ("failed", "interrupted") else []
+    if run.has_checkpoint():
+        said.append(f"the last checkpoint stays: continue with lit-fl fit --resume {run.path}")
+    else:
+        said.append(f"no checkpoint was written yet: lit-fl fit --resume {run.path} starts it again")
+    return "; ".join(said)
 
 
 def _bad_input(err: BaseException) -> int:
