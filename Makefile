@@ -3,7 +3,7 @@ PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-fast mutate lint bench clean
+.PHONY: install demo test test-fast mutate lint bench reproduce clean
 
 install:  ## install lit-fl and its test tools (pulls torch with its CUDA build from PyPI)
 	$(PIP) install -e ".[dev]"
@@ -20,6 +20,9 @@ test-fast:  ## everything but the slow end-to-end tests
 
 mutate:  ## break the science on purpose, one semantic mutation at a time (tests/mutation/mutations.yaml): every mutant must fail a fast test
 	$(PYTHON) tests/mutation/run.py $(MUTATIONS)
+
+reproduce:  ## the CPU-scale reproduction sweeps of every paper (about an hour on 2 cores), then docs/reproductions.md
+	WANDB_MODE=offline WANDB_SILENT=true $(PYTHON) -m lit_fl.suite.reproduce $(REPRODUCE_ARGS)
 
 lint:
 	$(PYTHON) -m ruff check lit_fl tests benchmarks examples

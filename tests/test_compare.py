@@ -12,6 +12,8 @@ import pytest
 import yaml
 from conftest import run_cli, snapshot
 
+from lit_fl.suite.compare.curves import color
+
 HEADER = ["round", "global_acc", "global_acc_regular", "local_acc", "comm_mb", "acc/cnn_a", "acc/cnn_b"]
 # (configuration, seed) -> global_acc per round; comm_mb = 10 MB per round
 CURVES = {
@@ -39,6 +41,8 @@ def sweep_dir(tmp_path: Path) -> Path:
     for i, ((config, seed), values) in enumerate(CURVES.items()):
         name = f"{i:03d}-{config[:-5]}-s{seed}"
         _write_run(root / "runs" / name, values)
+        algorithm = "DFML" if config == "dfml.yaml" else "DecentralizedFedAvg"
+        (root / "runs" / name / "config.yaml").write_text(f"algorithm:\n  class_path: lit_fl.algorithms.{algorithm}\n")
         params = {"config": f"experiments/{config}", "data": {"partition": "dirichlet", "beta": 0.1}, "seed": seed}
         runs.append({"name": name, "params": params, "command": [], "status": "completed", "run_dir": f"runs/{name}"})
     manifest = {"sweep": "toy", "method": "grid", "metric": {"name": "global_acc", "goal": "maximize"},
@@ -129,6 +133,13 @@ def test_dashboard_draws_every_figure_in_a_real_browser(sweep_dir: Path, tmp_pat
                 expected: div.data.filter(t => t.visible !== 'legendonly').length,
                 drawn: div.querySelectorAll('g.trace.scatter').length,
                 legend: div.querySelectorAll('g.legend g.traces').length,
+                title: div.querySelector('.gtitle').textContent,
+                overlap: ['.gtitle', 'g.legend'].filter(other => {  // the toolbar's box against the title's, legend's
+                    const a = div.querySelector('.modebar').getBoundingClientRect();
+                    const b = div.querySelector(other).getBoundingClientRect();
+                    return a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
+                }),
+                colors: div.data.filter(t => t.mode === 'lines+markers').map(t => t.line.color),
             }));""")
         errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
         driver.save_screenshot(str(sweep_dir / "compare" / "screenshot.png"))
@@ -139,4 +150,55 @@ def test_dashboard_draws_every_figure_in_a_real_browser(sweep_dir: Path, tmp_pat
         assert fig["expected"] == 4  # per configuration: band + mean (seeds hidden until clicked)
         assert fig["drawn"] == fig["expected"], fig  # every visible trace drawn in the SVG
         assert fig["legend"] >= 6, fig  # 2 means + 4 switchable seeds in the legend
+        assert "DFML" not in fig["title"], fig  # DFML and FedAvg runs: no panel is titled after one method
+        assert fig["overlap"] == [], fig  # plotly's toolbar never covers a title or the legend
+        assert fig["colors"] == [color(0), color(1)], fig  # the colours of the PNG figures
     assert errors == [], errors
+
+
+def test_png_figures_draw_each_configuration_in_its_dashboard_colour(sweep_dir: Path) -> None:
+    import numpy as np
+    from PIL import Image
+
+    assert run_cli("compare", sweep_dir).rc == 0
+    pixels = np.asarray(Image.open(sweep_dir / "compare" / "figures" / "global_acc.png").convert("RGB")).reshape(-1, 3)
+    for i in (0, 1):
+        rgb = [int(color(i)[k : k + 2], 16) for k in (1, 3, 5)]
+        assert (pixels == rgb).all(axis=1).sum() > 100, color(i)  # its mean line, in exactly that colour
+    assert (pixels == [255, 127, 14]).all(axis=1).sum() == 0  # matplotlib's own C1 orange appears nowhere
+
+
+def test_titles_name_a_method_only_when_every_run_is_that_method_and_panels_add_information(
+    sweep_dir: Path, tmp_path: Path
+) -> None:
+    from lit_fl.suite.compare.curves import methods, panels, title
+    from lit_fl.suite.compare.results import load_comparison
+
+    mixed = load_comparison([sweep_dir])
+    assert methods(mixed) == {"DFML", "DecentralizedFedAvg"}
+    assert title("global_acc", methods(mixed)) == "Global accuracy"
+    dfml = load_comparison(sorted((sweep_dir / "runs").glob("*-dfml-*")))
+    assert title("global_acc", methods(dfml)) == "Global accuracy (DFML: peak models)"
+    assert title("local_acc", {"DecentralizedFedAvg"}) == "Local accuracy (DecentralizedFedAvg)"
+    assert "acc/cnn_a" in panels(mixed)  # two architectures with their own curves: a panel each
+    for run in mixed.runs:  # one architecture: its accuracy is the global accuracy again, no panel
+        for row in run.rows:
+            row["acc/cnn_a"], row["acc/cnn_b"] = row["global_acc"], row["global_acc_regular"]
+    assert not [p for p in panels(mixed) if p.startswith("acc/")]
+
+
+def test_an_unfinished_run_and_a_folder_left_out_are_said_on_the_page(sweep_dir: Path) -> None:
+    run = sweep_dir / "runs" / "001-dfml-s1"
+    (run / "summary.json").write_text(json.dumps({"status": "interrupted"}))
+    manifest = json.loads((sweep_dir / "manifest.json").read_text())
+    manifest["runs"].append({**manifest["runs"][0], "name": "004-dfml-s2", "run_dir": "runs/004-dfml-s2",
+                             "status": "pending", "params": {**manifest["runs"][0]["params"], "seed": 2}})
+    (sweep_dir / "manifest.json").write_text(json.dumps(manifest))
+    result = run_cli("compare", sweep_dir)
+    assert result.rc == 0, result.err
+    page = (sweep_dir / "compare" / "dashboard.html").read_text()
+    assert "1 unfinished run(s), not in the means and statistics: 001-dfml-s1 (seed 1, round 4)" in page
+    assert "<li>004-dfml-s2: pending: no evaluated round yet</li>" in page
+    assert "001-dfml-s1 (seed 1, unfinished: not in the mean)" in page  # its own line, off the mean
+    report = (sweep_dir / "compare" / "results.md").read_text()
+    assert "## Left out" in report and "- 004-dfml-s2: pending: no evaluated round yet" in report

@@ -81,7 +81,8 @@ def test_the_dashboard_plots_every_numeric_column(tmp_path: Path) -> None:
                             source=Path("."))
     assert every_numeric_column(comparison) == ["global_acc", "dropped_senders", "train_loss"]
     ids = write_dashboard(comparison, "", tmp_path / "d.html")
-    assert len(ids) == 6 and "train_loss vs communication round" in (tmp_path / "d.html").read_text()
+    page = (tmp_path / "d.html").read_text()
+    assert len(ids) == 6 and '"text":"train_loss\\u003cbr\\u003e\\u003csup\\u003evs communication round' in page
 
 
 def test_an_unfinished_run_is_named_and_never_averaged_into_the_final_accuracy(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@
         at: final                                # optional: final (the last evaluated round, default) or best
         paper: [0.7366, 0.6543]                  # optional: the paper's better and worse numbers (one per worse)
         source: "Table 6"                        # optional
+        note: "..."                              # optional: what a reproduction found (why it fails at CPU scale)
 
 A run's configuration matches a row when every ``match`` item equals the run's sweep parameter and the row is
 for the metric the table shows. A claim's ``better`` and each of its ``worse`` matches follow the same rule; how
@@ -36,7 +37,7 @@ from lit_fl.errors import ConfigError
 from lit_fl.strict_yaml import load_yaml
 from lit_fl.suite.compare.metric_kind import MetricKind
 
-CLAIM_KEYS = ("at", "better", "claim", "metric", "paper", "source", "worse")
+CLAIM_KEYS = ("at", "better", "claim", "metric", "note", "paper", "source", "worse")
 AT = ("final", "best")
 
 
@@ -52,7 +53,8 @@ class PaperRow:
 class Claim:
     """One comparison the paper makes: the configuration(s) ``better`` match beat those of every ``worse`` match
     on ``metric`` (None: the file's) at the ``final`` evaluated round or at their ``best``. ``paper`` holds the
-    paper's numbers, better first, then one per ``worse`` match (empty when not given)."""
+    paper's numbers, better first, then one per ``worse`` match (empty when not given); ``note`` what a reproduction
+    found about it (why it does not hold at this scale, a deviation)."""
 
     text: str
     better: dict[str, Any]
@@ -61,6 +63,7 @@ class Claim:
     at: str = "final"
     paper: tuple[float, ...] = ()
     source: str = ""
+    note: str = ""  # what was found about it at this scale (shown by docs/reproductions.md), e.g. why it does not hold
 
     @property
     def keys(self) -> set[str]:
@@ -134,7 +137,8 @@ def _claim(path: Path, i: int, raw: Any, file_metric: str) -> Claim:
     paper = _paper_numbers(where, raw.get("paper"), 1 + len(worse))
     if MetricKind(metric or file_metric).is_accuracy and not all(0.0 <= v <= 1.0 for v in paper):
         raise ConfigError(f"{where} key 'paper' must be fractions in [0, 1] for an accuracy, got {list(paper)}")
-    return Claim(raw["claim"].strip(), better, worse, metric, at, paper, str(raw.get("source", "")))
+    return Claim(raw["claim"].strip(), better, worse, metric, at, paper, str(raw.get("source", "")),
+                 " ".join(str(raw.get("note", "")).split()))
 
 
 def _match(where: str, key: str, raw: Any) -> dict[str, Any]:

@@ -10,12 +10,21 @@ from dataclasses import dataclass
 from lit_fl.suite.compare.results import Comparison, Group
 
 TITLES = {
-    "global_acc": "Global accuracy (DFML: peak models)",
+    "global_acc": "Global accuracy",
     "global_acc_regular": "Global accuracy of the regular models",
     "local_acc": "Local accuracy",
-    "global_acc_meme": "Global accuracy of the memes (FML)",
+    "global_acc_meme": "Global accuracy of the memes",
 }
+#: what a metric is for one method, said in the title only when every run is that method
+METHOD_NOTES = {("global_acc", "DFML"): "peak models", ("global_acc_meme", "DecentralizedFML"): "FML"}
 X_AXES = {"round": "communication round", "comm_mb": "cumulative communication (MB)"}
+#: one colour per configuration, the same in the dashboard (plotly) and the PNG figures (matplotlib)
+COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
+
+
+def color(index: int) -> str:
+    """The colour of the configuration at ``index`` in :attr:`Comparison.groups`."""
+    return COLORS[index % len(COLORS)]
 
 
 @dataclass
@@ -41,7 +50,7 @@ def panels(comparison: Comparison) -> list[str]:
     ):
         out.remove("global_acc_regular")  # no peak models: the same curve twice
     out += sorted(k for k in columns if k.startswith("server_acc/"))
-    out += sorted(k for k in columns if k.startswith("acc/"))
+    out += [k for k in sorted(columns) if k.startswith("acc/") and not _repeats(comparison, k, out)]
     if comparison.metric in columns and comparison.metric not in out:
         out.insert(0, comparison.metric)
     return out
@@ -60,18 +69,37 @@ def every_numeric_column(comparison: Comparison) -> list[str]:
     return main + sorted(k for k in columns if k not in main)
 
 
-def title(metric: str) -> str:
+def _repeats(comparison: Comparison, metric: str, shown: list[str]) -> bool:
+    """Whether ``metric`` draws the same curves as a panel already shown (an architecture's accuracy in a pool of
+    one architecture is the global accuracy again)."""
+    return any(all(run.column(metric) == run.column(other) for run in comparison.runs) for other in shown)
+
+
+def title(metric: str, methods: set[str] = frozenset()) -> str:
+    """The panel title; the method is named only when every run is that method (``methods`` has one name)."""
     if metric.startswith("acc/"):
-        return f"Global accuracy of {metric[4:]} clients"
-    if metric.startswith("server_acc/"):
-        return f"Server model {metric[11:]}: accuracy"
-    return TITLES.get(metric, metric)
+        base = f"Global accuracy of {metric[4:]} clients"
+    elif metric.startswith("server_acc/"):
+        base = f"Server model {metric[11:]}: accuracy"
+    else:
+        base = TITLES.get(metric, metric)
+    if len(methods) != 1 or not next(iter(methods)):
+        return base
+    (method,) = methods
+    note = METHOD_NOTES.get((metric, method))
+    return f"{base} ({method}: {note})" if note else f"{base} ({method})"
+
+
+def methods(comparison: Comparison) -> set[str]:
+    """The methods (algorithm class names) of the compared runs."""
+    return {run.algorithm for run in comparison.runs}
 
 
 def curve(group: Group, metric: str) -> Curve:
-    """Rows are aligned by round; a round only some seeds evaluated averages over those."""
+    """The mean and std of the group's counted runs (:attr:`Group.counted`), rows aligned by round; a round only some
+    seeds evaluated averages over those."""
     by_round: dict[int, list[tuple[float, float]]] = {}
-    for run in group.runs:
+    for run in group.counted:  # completed runs only: an unfinished one never drags the later rounds' mean
         for row in run.rows:
             value = row.get(metric, math.nan)
             if not math.isnan(value):

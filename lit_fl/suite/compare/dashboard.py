@@ -14,17 +14,16 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from lit_fl.io import atomic_write_text
-from lit_fl.suite.compare.curves import X_AXES, curve, every_numeric_column, title
+from lit_fl.suite.compare.curves import X_AXES, color, curve, every_numeric_column, methods, title
 from lit_fl.suite.compare.results import Comparison
 
 PLOT_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2}}
-COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
 
 
 def figure(comparison: Comparison, metric: str, axis: str) -> go.Figure:
     fig = go.Figure()
     for i, group in enumerate(comparison.groups):
-        color = COLORS[i % len(COLORS)]
+        colour = color(i)
         c = curve(group, metric)
         if not c.rounds:
             continue
@@ -32,28 +31,31 @@ def figure(comparison: Comparison, metric: str, axis: str) -> go.Figure:
         upper = [m + s for m, s in zip(c.mean, c.std)]
         lower = [m - s for m, s in zip(c.mean, c.std)]
         fig.add_trace(go.Scatter(
-            x=x + x[::-1], y=upper + lower[::-1], mode="lines", fill="toself", fillcolor=_alpha(color, 0.15),
+            x=x + x[::-1], y=upper + lower[::-1], mode="lines", fill="toself", fillcolor=_alpha(colour, 0.15),
             line={"width": 0},
             hoverinfo="skip", showlegend=False, legendgroup=group.label, name=f"{group.label} ± std",
         ))
         fig.add_trace(go.Scatter(
-            x=x, y=c.mean, mode="lines+markers", name=f"{group.label} (mean of {len(group.runs)})",
-            line={"color": color, "width": 2.5}, marker={"size": 4}, legendgroup=group.label,
+            x=x, y=c.mean, mode="lines+markers", name=f"{group.label} (mean of {len(group.counted)})",
+            line={"color": colour, "width": 2.5}, marker={"size": 4}, legendgroup=group.label,
             hovertemplate=f"{html.escape(group.label)} mean<br>{axis} %{{x:.4g}}<br>{metric} %{{y:.4f}}<extra></extra>",
         ))
         for run in group.runs:
             points = [row for row in run.rows if row.get(metric) == row.get(metric)]  # evaluated, not NaN
+            left_out = "" if run.complete else ", unfinished" + ("" if run in group.counted else ": not in the mean")
             fig.add_trace(go.Scatter(
                 x=[row["round"] if axis == "round" else row.get("comm_mb") for row in points],
-                y=[row[metric] for row in points], mode="lines", name=f"{run.name} (seed {run.seed})",
-                line={"color": color, "width": 1, "dash": "dot"}, legendgroup=group.label, visible="legendonly",
+                y=[row[metric] for row in points], mode="lines", name=f"{run.name} (seed {run.seed}{left_out})",
+                line={"color": colour, "width": 1, "dash": "dot"}, legendgroup=group.label, visible="legendonly",
                 hovertemplate=f"{html.escape(run.name)}<br>{axis} %{{x:.4g}}<br>{metric} %{{y:.4f}}<extra></extra>",
             ))
-    fig.update_layout(
-        title={"text": f"{title(metric)} vs {X_AXES[axis]}", "x": 0.01, "y": 0.98},
+    fig.update_layout(  # the toolbar stands at the right edge, clear of the title (top left) and the legend (below)
+        title={"text": f"{title(metric, methods(comparison))}<br><sup>vs {X_AXES[axis]}</sup>", "x": 0.01,
+               "xanchor": "left", "y": 0.98, "yanchor": "top", "font": {"size": 15}},
         xaxis_title=X_AXES[axis], yaxis_title=metric,
-        template="plotly_white", height=420, margin={"l": 60, "r": 20, "t": 70, "b": 50},
-        legend={"font": {"size": 10}},
+        template="plotly_white", height=520, margin={"l": 60, "r": 40, "t": 70, "b": 40},
+        legend={"font": {"size": 10}, "orientation": "h", "x": 0, "xanchor": "left", "y": -0.18, "yanchor": "top"},
+        modebar={"orientation": "v"},
     )
     return fig
 
@@ -76,16 +78,29 @@ def write_dashboard(comparison: Comparison, table_html: str, path: Path) -> list
 <script type="text/javascript">{get_plotlyjs()}</script>
 <style>body{{font-family:system-ui,sans-serif;margin:24px;color:#222}} table{{border-collapse:collapse;font-size:13px}}
 td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}} td:first-child,th:first-child{{text-align:left}}
-.grid{{display:grid;grid-template-columns:repeat(auto-fill,minmax(560px,1fr));gap:12px}}</style></head>
+.grid{{display:grid;grid-template-columns:repeat(auto-fill,minmax(560px,1fr));gap:12px;margin-top:20px}}</style></head>
 <body><h1>lit-fl: {html.escape(comparison.title)}</h1>
 <p>{len(comparison.groups)} configurations, {len(comparison.runs)} runs from {html.escape(str(comparison.source))}.
 Lines: mean over seeds, band: ± std; click a legend entry to show or hide a configuration's seeds.</p>
+{_missing(comparison)}
 {paper}{table_html}
 <div class="grid">{''.join(f'<div>{d}</div>' for d in divs)}</div>
 </body></html>
 """
     atomic_write_text(path, page)
     return ids
+
+
+def _missing(comparison: Comparison) -> str:
+    """What is not in the means, said at the top of the page: unfinished runs and folders left out."""
+    unfinished = [run for group in comparison.groups for run in group.unfinished]
+    said = []
+    if unfinished:
+        names = ", ".join(f"{run.name} (seed {run.seed}, round {int(run.rows[-1]['round'])})" for run in unfinished)
+        said.append(f"{len(unfinished)} unfinished run(s), not in the means and statistics: {html.escape(names)}.")
+    if comparison.left_out:
+        said.append(f"{len(comparison.left_out)} folder(s) left out, listed under Left out.")
+    return f'<p class="missing" id="missing"><b>{" ".join(said)}</b></p>' if said else ""
 
 
 def _alpha(hex_color: str, alpha: float) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from lit_fl.suite.compare.curves import X_AXES, curve, panels, title
+from lit_fl.suite.compare.curves import X_AXES, color, curve, methods, panels, title
 from lit_fl.suite.compare.results import Comparison
 
 
@@ -27,13 +27,13 @@ def write_figures(comparison: Comparison, folder: Path) -> list[Path]:
                 x = c.x(axis)
                 low = [m - s for m, s in zip(c.mean, c.std)]
                 high = [m + s for m, s in zip(c.mean, c.std)]
-                (line,) = ax.plot(x, c.mean, label=f"{group.label} (n={len(group.runs)})", color=f"C{i % 10}")
+                (line,) = ax.plot(x, c.mean, label=f"{group.label} (n={len(group.counted)})", color=color(i))
                 ax.fill_between(x, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
             ax.set_xlabel(X_AXES[axis])
             ax.grid(alpha=0.3)
         axes[0].set_ylabel(metric)
         axes[0].legend(fontsize=8)
-        fig.suptitle(title(metric))
+        fig.suptitle(title(metric, methods(comparison)))
         fig.tight_layout()
         path = folder / (re.sub(r"[^A-Za-z0-9_.-]+", "_", metric) + ".png")
         tmp = path.with_name(f".{path.name}.tmp.png")

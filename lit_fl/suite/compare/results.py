@@ -35,6 +35,7 @@ class RunResult:
     seed: int
     rows: list[dict[str, float]]
     complete: bool = True
+    algorithm: str = ""  # the method's class name (from config.yaml), for figure titles
 
     def column(self, key: str) -> list[float]:
         return [row.get(key, math.nan) for row in self.rows]
@@ -47,6 +48,16 @@ class Group:
     label: str
     params: dict[str, Any]
     runs: list[RunResult] = field(default_factory=list)
+
+    @property
+    def counted(self) -> list[RunResult]:
+        """The runs its statistics and curves are of: the completed ones (all of them when none completed, which the
+        table and the dashboard then say)."""
+        return [run for run in self.runs if run.complete] or list(self.runs)
+
+    @property
+    def unfinished(self) -> list[RunResult]:
+        return [run for run in self.runs if not run.complete]
 
 
 @dataclass(frozen=True)
@@ -119,7 +130,7 @@ def _from_sweep(sweep_dir: Path, metric: str | None) -> Comparison:
             left_out.append(LeftOut(entry.name, f"{entry.status}: no evaluated round yet"))
             continue
         runs.append(RunResult(entry.name, run_dir.path, dict(entry.configuration), int(entry.params.get("seed", 0)),
-                              rows, run_dir.status() == "completed"))
+                              rows, run_dir.status() == "completed", algorithm_of(run_dir.read_config())))
     if not runs:
         raise ConfigError(f"compare: no runs with metrics in {sweep_dir} (run the sweep first: lit-fl sweep ...)")
     constant = {k for k in runs[0].params if all(r.params.get(k) == runs[0].params[k] for r in runs)}
@@ -140,7 +151,14 @@ def _plain_run(path: Path) -> RunResult:
     config = run_dir.read_config()
     flat = {k: v for k, v in _flatten(config).items() if k.split(".")[0] not in IGNORED}
     return RunResult(path.name, path, flat, int(config.get("seed", 0)), read_metrics(run_dir.metrics),
-                     run_dir.status() == "completed")
+                     run_dir.status() == "completed", algorithm_of(config))
+
+
+def algorithm_of(config: dict[str, Any]) -> str:
+    """The class name of a run's algorithm (``DFML``), empty when its config does not say."""
+    algorithm = config.get("algorithm")
+    class_path = algorithm.get("class_path", "") if isinstance(algorithm, dict) else ""
+    return str(class_path).rsplit(".", 1)[-1]
 
 
 def _keep_differing(runs: list[RunResult]) -> None:
