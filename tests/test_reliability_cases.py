@@ -276,3 +276,24 @@ def test_two_concurrent_sweeps_with_two_jobs_each_train_every_run_exactly_once(t
         assert [r["round"] for r in read_metrics(ran / "metrics.csv")] == [1, 2], name
         for key in ("global_acc", "local_acc", "comm_mb"):
             assert _column(ran, key) == _column(reference, key), (name, key)
+
+
+def test_a_second_signal_aborts_with_one_line_and_a_closed_pipe_ends_quietly(cfg: Path, tmp_path: Path) -> None:
+    process = _popen("fit", "--config", cfg, "--run_dir", tmp_path / "runs", "--name", "twice")
+    _signal_when(process, signal.SIGTERM, lambda: _catches(process.pid, signal.SIGTERM))
+    process.send_signal(signal.SIGTERM)  # the second one, at once
+    rc, err = process.wait(timeout=300), process.stderr.read()
+    assert rc in (75, 130), (rc, err)  # 75 when the first one was acted on before the second arrived
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert (rc == 130) == ("aborted" in err), err
+
+    write_config(tmp_path / "tiny.yaml", tiny_config("DecentralizedFedAvg", rounds=1))
+    sweep = {"program": "lit-fl", "name": "piped", "method": "grid",
+             "parameters": {"config": {"value": str(tmp_path / "tiny.yaml")}, "seed": {"values": list(range(3000))}}}
+    path = write_config(tmp_path / "piped.yaml", sweep)
+    command = " ".join(_argv("sweep", path, "--dry-run", "--run_dir", tmp_path / "runs")) + " | head -n 1"
+    result = subprocess.run(["bash", "-o", "pipefail", "-c", command], capture_output=True, text=True, env=_env(),
+                            timeout=120)
+    assert result.stdout.startswith("000-"), result.stdout
+    assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr, result.stderr
+    assert result.stderr.strip().splitlines() == ["planning 3,000 runs of piped (grid) ..."]
