@@ -1,0 +1,98 @@
+"""``make reproduce``: run the CPU-scale reproduction sweeps and write ``docs/reproductions.md`` from them.
+
+    python -m lit_fl.suite.reproduce                       # every sweep (about an hour on 2 cores), then the page
+    python -m lit_fl.suite.reproduce --only mnist5k_defkt  # one sweep, then the page from every finished sweep
+    python -m lit_fl.suite.reproduce --docs-only           # the page from the sweeps already run
+
+Each sweep runs with ``--jobs 2`` into ``runs/reproduce/sweeps/NAME`` (run again, a finished sweep is skipped and
+keeps the wall time it took; an interrupted one continues). The wall time of a sweep that ran is recorded beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from lit_fl.configs import resolve_config
+from lit_fl.suite.reproductions import WALL_TIME, Reproduction, write_reproductions
+
+#: (paper section, sweep name, target accuracy of "rounds to target"), in the page's order
+SWEEPS = [
+    ("DFML (Decentralized Federated Mutual Learning)", "mnist5k_label_skew", 0.8),
+    ("DFML (Decentralized Federated Mutual Learning)", "mnist5k_baselines", 0.8),
+    ("DFML (Decentralized Federated Mutual Learning)", "mnist5k_dfml_ablations", 0.8),
+    ("FedORION", "mnist5k_fedorion", 0.8),
+    ("UA-PDFL", "mnist5k_uapdfl", 0.8),
+    ("Def-KT", "mnist5k_defkt", 0.8),
+    ("Knowledge codistillation", "mnist5k_codistillation", 0.8),
+]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", action="append", default=None, help="run only this sweep (may repeat)")
+    parser.add_argument("--docs-only", action="store_true", help="write the page from the sweeps already run")
+    parser.add_argument("--run_dir", type=Path, default=Path("runs") / "reproduce")
+    parser.add_argument("--out", type=Path, default=Path("docs"), help="where reproductions.md goes (default docs)")
+    args = parser.parse_args(argv)
+    names = [name for _, name, _ in SWEEPS]
+    unknown = sorted(set(args.only or []) - set(names))
+    if unknown:
+        print(f"reproduce: --only {unknown[0]!r} is not a reproduction sweep; allowed: {', '.join(names)}",
+              file=sys.stderr)
+        return 2
+    if not args.docs_only:
+        for name in args.only or names:
+            rc = run_sweep(name, args.run_dir)
+            if rc != 0:
+                print(f"reproduce: sweep {name} exited {rc}; `make reproduce` again continues it", file=sys.stderr)
+                return rc
+    done = [Reproduction(paper, sweep_file(name), args.run_dir / "sweeps" / name, target)
+            for paper, name, target in SWEEPS if (args.run_dir / "sweeps" / name / "manifest.json").is_file()]
+    page = write_reproductions(done, args.out)
+    print(f"{len(done)} of {len(SWEEPS)} sweeps -> {page}")
+    return 0
+
+
+def run_sweep(name: str, run_dir: Path) -> int:
+    """``lit-fl sweep sweeps/NAME.yaml --jobs 2``; the wall time is recorded when every run ran in this call."""
+    command = [sys.executable, "-m", "lit_fl.cli", "sweep", str(sweep_file(name)), "--jobs", "2",
+               "--run_dir", str(run_dir)]
+    print(f"reproduce: {' '.join(command[2:])}", flush=True)
+    start = time.perf_counter()
+    result = subprocess.run(command, stdout=subprocess.PIPE, text=True, env=dict(os.environ))
+    wall_s = time.perf_counter() - start
+    print(result.stdout, end="", flush=True)
+    manifest = json.loads((run_dir / "sweeps" / name / "manifest.json").read_text())
+    runs = len(manifest["runs"])
+    if result.returncode == 0 and "already completed: skipped" not in result.stdout:
+        record = {"wall_s": round(wall_s, 1), "runs": runs, "jobs": 2,
+                  "machine": machine()}
+        (run_dir / "sweeps" / name / WALL_TIME).write_text(json.dumps(record) + "\n")
+    return result.returncode
+
+
+def sweep_file(name: str) -> Path:
+    """``sweeps/NAME.yaml`` (the shipped sweep file)."""
+    return resolve_config(f"{name}.yaml", kind="sweeps", key="sweep")
+
+
+def machine() -> str:
+    """``2-core AMD EPYC``: the CPU the sweep ran on."""
+    model = platform.processor() or platform.machine()
+    try:
+        model = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                     if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{os.cpu_count()}-core {model}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
