@@ -106,3 +106,15 @@ def test_an_unfinished_run_is_named_and_never_averaged_into_the_final_accuracy(t
     unfinished = Comparison("t", [Group("g", {}, [comparison.runs[0]])], None, "global_acc", tmp_path)
     (only,) = table_rows(unfinished, 0.8)
     assert only.label == "g [unfinished, shown alone: a (seed 0) at round 2]" and only.rounds == 2
+
+
+def test_a_curve_is_the_mean_of_the_completed_runs_only() -> None:
+    from lit_fl.suite.compare.curves import curve
+
+    done = [run(0, [0.5, 0.7, 0.9], 1.0), run(1, [0.6, 0.8, 1.0], 1.0)]
+    stopped = run(2, [0.1, 0.1], 1.0)
+    stopped.complete = False
+    c = curve(Group("g", {}, [*done, stopped]), "global_acc")
+    assert c.mean == pytest.approx([0.55, 0.75, 0.95]) and c.rounds == [1.0, 2.0, 3.0]
+    alone = curve(Group("g", {}, [stopped]), "global_acc")  # no run completed: the unfinished one is drawn alone
+    assert alone.mean == pytest.approx([0.1, 0.1])
