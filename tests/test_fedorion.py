@@ -450,13 +450,16 @@ def test_resumed_run_equals_an_uninterrupted_one(tmp_path) -> None:  # noqa: ANN
 # -- paper fidelity: two learning rates, one noise batch per server epoch -------------------------------------
 
 
-def test_client_trains_the_global_copy_at_eta_g_and_the_local_model_at_eta_i() -> None:
-    """Algorithm 1, client side: theta_i -= eta_i grad L_CMi, theta_gi -= eta_g grad L_GMi (eta_g = 0.001)."""
+@pytest.mark.parametrize("global_label_loss", [True, False])
+def test_client_trains_the_global_copy_at_eta_g_and_the_local_model_at_eta_i(global_label_loss: bool) -> None:
+    """Algorithm 1, client side: theta_i -= eta_i grad L_CMi, theta_gi -= eta_g grad L_GMi (eta_g = 0.001); the
+    Table 3 "w/o DML" ablation drops the labels from L_GMi and keeps its distillation part."""
     from lit_fl.data.batches import ClientBatches
     from lit_fl.losses import kl_divergence
 
     fed = _fed()
-    algo = FedORION(local_epochs=1, batch_size=1000, lr=0.05, global_lr=0.001, no_dml=None)
+    algo = FedORION(local_epochs=1, batch_size=1000, lr=0.05, global_lr=0.001, no_dml=None,
+                    global_label_loss=global_label_loss)
     algo.setup(fed)
     client = next(c for c in fed.clients if c.arch == "cnn_4_8")
     global_copy = copy.deepcopy(fed.server[GLOBAL])
@@ -469,7 +472,7 @@ def test_client_trains_the_global_copy_at_eta_g_and_the_local_model_at_eta_i() -
     z_local, z_copy = local_start(x), copy_start(x)
     ce = torch.nn.functional.cross_entropy
     loss_local = ce(z_local, y) + kl_divergence(z_copy.detach(), z_local)
-    loss_copy = ce(z_copy, y) + kl_divergence(z_local.detach(), z_copy)
+    loss_copy = ce(z_copy, y) * global_label_loss + kl_divergence(z_local.detach(), z_copy)
     (loss_local + loss_copy).backward()
     for model, trained, lr in ((local_start, client.model, 0.05), (copy_start, global_copy, 0.001)):
         for (name, p), q in zip(model.named_parameters(), trained.parameters()):

@@ -82,6 +82,9 @@ class FedORION(Algorithm):
         aggregate: False = the server skips aggregation and distils into its previous global model (ablation,
             Table 3 "w/o Agg").
         kl_weight: weight of the peer term in Eq. 1-2 (1).
+        global_label_loss: False = a client trains its copy of the global model on the distillation term of
+            L_GMi alone, without the labels (ablation, Table 3 "w/o DML": "instead of using the whole global model
+            loss on the client side (L_GMi in equation 2) we just rely on distillation part of it").
         local_epochs: the clients' epochs per round (paper: 10).
         loss: the clients' supervised loss (paper: ``ce``).
         lr: eta_i, the clients' learning rate (paper: 0.01).
@@ -109,6 +112,7 @@ class FedORION(Algorithm):
         aggregation: Literal["uniform", "samples"] = "uniform",
         aggregate: bool = True,
         kl_weight: float = 1.0,
+        global_label_loss: bool = True,
         local_epochs: int = 10,
         loss: SupervisedLoss = "ce",
         lr: float = 0.01,
@@ -163,6 +167,7 @@ class FedORION(Algorithm):
         self.aggregation = aggregation
         self.aggregate = aggregate
         self.kl_weight = kl_weight
+        self.global_label_loss = bool(global_label_loss)
 
     # -- setup -------------------------------------------------------------------------------------------
 
@@ -275,6 +280,8 @@ class FedORION(Algorithm):
             client.class_proportions,
             loss=self.loss,
             kl_weight=self.kl_weight,
+            # L_CMi = CE + KL for the local model; L_GMi the same, or its KL alone (Table 3 "w/o DML")
+            loss_weights=[(1.0, self.kl_weight), (1.0 if self.global_label_loss else 0.0, self.kl_weight)],
             optimizer=self.optimizer,
             model_optimizers=[None, self.global_optimizer],  # theta_i at eta_i, theta_gi at eta_g
         )
