@@ -30,7 +30,7 @@ def test_the_page_is_written_from_the_sweep_with_its_claims_notes_and_figures(sw
     out = tmp_path / "docs"
     page = write_reproductions([Reproduction("DFML", sweep_file, sweep_dir)], out).read_text()
     assert "## DFML" in page and "### toy" in page and "DFML vs FedAvg on a toy federation" in page
-    assert "--jobs 2 && lit-fl compare runs/sweeps/toy --target 0.8" in page
+    assert "Command: `lit-fl sweep toy.yaml --jobs 2 && lit-fl compare runs/sweeps/toy --target 0.8`" in page
     assert "Wall time: 10.5 min for 4 runs on 2-core AMD EPYC (`--jobs 2`)" in page
     assert "| dfml | 2 | 4 | 88.00 ± 2.83 |" in page and "73.66" in page  # ours, and the paper's beside it
     assert "| DFML above FedAvg (Table 6) |" in page and "73.66% vs 65.43%" in page

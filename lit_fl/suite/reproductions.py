@@ -68,7 +68,7 @@ def _sweep_section(item: Reproduction, out: Path) -> str:
     comparison = load_comparison([item.sweep_dir])
     claims = evaluate_claims(comparison)
     figures = _figures(comparison, out / "reproductions" / sweep.name, out)
-    command = (f"lit-fl sweep {_relative(item.sweep_file)} --jobs 2 && "
+    command = (f"lit-fl sweep {item.sweep_file.name} --jobs 2 && "  # a shipped sweep resolves by its name
                f"lit-fl compare runs/sweeps/{sweep.name} --target {item.target:g}")
     parts = [f"### {sweep.name}", ""]
     if description := sweep.config.get("description"):
@@ -119,13 +119,6 @@ def _wall_time(sweep_dir: Path) -> str:
     except (OSError, ValueError, KeyError, TypeError):
         return "not recorded (run `make reproduce`)"
     return f"{seconds / 60:.1f} min for {runs} runs on {record.get('machine', 'this machine')} (`--jobs 2`)"
-
-
-def _relative(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
 
 
 def _anchor(title: str) -> str:
