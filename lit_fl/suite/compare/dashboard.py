@@ -8,6 +8,7 @@ line with a +- std band, and every seed as a thin line that the legend switches 
 from __future__ import annotations
 
 import html
+import math
 from pathlib import Path
 
 import plotly.graph_objects as go
@@ -57,6 +58,8 @@ def figure(comparison: Comparison, metric: str, axis: str) -> go.Figure:
         legend={"font": {"size": 10}, "orientation": "h", "x": 0, "xanchor": "left", "y": -0.18, "yanchor": "top"},
         modebar={"orientation": "v"},
     )
+    if axis == "round":  # rounds are whole numbers: ticks on integers only
+        fig.update_xaxes(tickformat="d", dtick=max(1, math.ceil(_last_round(comparison) / 10)))
     return fig
 
 
@@ -89,6 +92,10 @@ Lines: mean over seeds, band: ± std; click a legend entry to show or hide a con
 """
     atomic_write_text(path, page)
     return ids
+
+
+def _last_round(comparison: Comparison) -> float:
+    return max((run.rows[-1]["round"] for run in comparison.runs if run.rows), default=1.0)
 
 
 def _missing(comparison: Comparison) -> str:

@@ -14,6 +14,7 @@ def write_figures(comparison: Comparison, folder: Path) -> list[Path]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     folder.mkdir(parents=True, exist_ok=True)
     written = []
@@ -30,6 +31,8 @@ def write_figures(comparison: Comparison, folder: Path) -> list[Path]:
                 (line,) = ax.plot(x, c.mean, label=f"{group.label} (n={len(group.counted)})", color=color(i))
                 ax.fill_between(x, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
             ax.set_xlabel(X_AXES[axis])
+            if axis == "round":  # rounds are whole numbers
+                ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.grid(alpha=0.3)
         axes[0].set_ylabel(metric)
         axes[0].legend(fontsize=8)
