@@ -28,6 +28,7 @@ SWEEPS = [
     ("DFML (Decentralized Federated Mutual Learning)", "mnist5k_baselines", 0.8),
     ("DFML (Decentralized Federated Mutual Learning)", "mnist5k_dfml_ablations", 0.8),
     ("DFML (Decentralized Federated Mutual Learning)", "mnist5k_dfml_transfer", 0.8),
+    ("DFML (Decentralized Federated Mutual Learning)", "mnist5k_dfml_homogeneous", 0.8),
     ("FedORION", "mnist5k_fedorion", 0.8),
     ("UA-PDFL", "mnist5k_uapdfl", 0.8),
     ("Def-KT", "mnist5k_defkt", 0.8),
