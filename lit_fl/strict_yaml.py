@@ -16,11 +16,11 @@ class _StrictLoader(yaml.SafeLoader):
         seen: set[Any] = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=True)
-            if isinstance(key, (str, int, float, bool)) and key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", key_node.start_mark
-                )
-            seen.add(key) if isinstance(key, (str, int, float, bool)) else None
+            if not isinstance(key, (str, int, float, bool)):  # unhashable keys are PyYAML's own error
+                continue
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
 

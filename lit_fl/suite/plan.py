@@ -79,9 +79,9 @@ def check_paper(sweep: SweepFile, manifest: Manifest) -> Paper | None:
 
 
 def normalise_overrides(argv: list[str]) -> list[str]:
-    """``--rounds 5 --data.beta=0.1`` -> ``["--rounds=5", "--data.beta=0.1"]``. ``--resume``, ``--name`` and
-    ``--run_dir`` belong to the sweep, not to its runs (each run has its own folder, and a stopped sweep resumes its
-    runs itself): refused in one line."""
+    """``--rounds 5 --data.beta=0.1`` -> ``["--rounds=5", "--data.beta=0.1"]``. ``--resume`` and ``--name`` belong
+    to the sweep, not to its runs (each run has its own folder, and a stopped sweep resumes its runs itself): refused
+    in one line (``--run_dir`` is the sweep's own option)."""
     out, i = [], 0
     while i < len(argv):
         arg = argv[i]
