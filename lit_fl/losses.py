@@ -21,6 +21,12 @@ import torch.nn.functional as F
 from torch import Tensor
 
 
+def at_least_float32(tensor: Tensor) -> Tensor:
+    """``tensor`` in float32, or float64 where it is float64: losses run in float32 under any autocast, and a
+    float64 run (the reference of the equivalence tests) stays float64 throughout."""
+    return tensor if tensor.dtype == torch.float64 else tensor.float()
+
+
 def wsm_loss(logits: Tensor, target: Tensor, class_proportions: Tensor) -> Tensor:
     """Re-weighted softmax cross-entropy, DFML Eq. 2, averaged over the batch.
 
@@ -29,8 +35,8 @@ def wsm_loss(logits: Tensor, target: Tensor, class_proportions: Tensor) -> Tenso
     ``beta = 1`` for every class the loss is exactly cross-entropy; with uniform proportions ``1/C`` it is
     cross-entropy minus the constant ``log C`` (same gradient).
     """
-    log_beta = torch.log(class_proportions.to(device=logits.device, dtype=torch.float32))
-    z = logits.float()
+    z = at_least_float32(logits)
+    log_beta = torch.log(class_proportions.to(device=z.device, dtype=z.dtype))
     normaliser = torch.logsumexp(z + log_beta, dim=1)
     true_logit = z.gather(1, target.view(-1, 1)).squeeze(1)
     return (normaliser - true_logit).mean()
@@ -38,14 +44,14 @@ def wsm_loss(logits: Tensor, target: Tensor, class_proportions: Tensor) -> Tenso
 
 def cross_entropy(logits: Tensor, target: Tensor, class_proportions: Tensor | None = None) -> Tensor:
     """Plain cross-entropy with the signature of :func:`wsm_loss` (``class_proportions`` is ignored)."""
-    return F.cross_entropy(logits.float(), target)
+    return F.cross_entropy(at_least_float32(logits), target)
 
 
 def kl_divergence(teacher_logits: Tensor, student_logits: Tensor, temperature: float = 1.0) -> Tensor:
     """``KL(p_teacher || p_student)`` per batch (mean over samples), scaled by ``T^2`` (Hinton et al.)."""
     t = temperature
-    log_p_student = F.log_softmax(student_logits.float() / t, dim=1)
-    log_p_teacher = F.log_softmax(teacher_logits.float() / t, dim=1)
+    log_p_student = F.log_softmax(at_least_float32(student_logits) / t, dim=1)
+    log_p_teacher = F.log_softmax(at_least_float32(teacher_logits) / t, dim=1)
     kl = F.kl_div(log_p_student, log_p_teacher, reduction="batchmean", log_target=True)
     return kl * (t * t)
 
@@ -73,7 +79,7 @@ def weighted_kl_loss(
 ) -> Tensor:
     """DFML Eq. 3 for one student: ``sum_q w_q KL(p_q || p_n)`` with detached teachers."""
     student_logits = logits[student]
-    loss = student_logits.new_zeros((), dtype=torch.float32)
+    loss = at_least_float32(student_logits).new_zeros(())
     for q, (z_q, w_q) in enumerate(zip(logits, weights)):
         if q == student or w_q == 0.0:
             continue
@@ -89,10 +95,10 @@ def teacher_weight_matrix(num_params: Sequence[int], weighted: bool = True) -> T
 def supervised_losses(logits: Tensor, target: Tensor, class_proportions: Tensor | None, loss: str) -> Tensor:
     """``[N]``: :func:`wsm_loss` (``loss="wsm"``) or :func:`cross_entropy` of each of the stacked ``[N, B, C]``
     logits against the same ``target`` ``[B]``, batch means."""
-    z = logits.float()
+    z = at_least_float32(logits)
     if loss == "wsm":
         assert class_proportions is not None
-        z_norm = z + torch.log(class_proportions.to(device=z.device, dtype=torch.float32))
+        z_norm = z + torch.log(class_proportions.to(device=z.device, dtype=z.dtype))
     else:
         z_norm = z
     normaliser = torch.logsumexp(z_norm, dim=2)
@@ -108,8 +114,8 @@ def batched_supervised_losses(
     the per-sample weights of :class:`~lit_fl.data.batches.StackedBatches` (``1/b_g`` on model g's ``b_g`` samples,
     0 on padding), so entry g is model g's batch mean. Batched local training."""
     with torch.autocast(device_type=logits.device.type, enabled=False):
-        z = logits.float()
-        z_norm = z + torch.log(class_proportions.float()).unsqueeze(1) if loss == "wsm" else z
+        z = at_least_float32(logits)
+        z_norm = z + torch.log(class_proportions.to(z.dtype)).unsqueeze(1) if loss == "wsm" else z
         per_sample = torch.logsumexp(z_norm, dim=2) - z.gather(2, target.unsqueeze(2)).squeeze(2)
         return (per_sample * weight).sum(dim=1)
 
@@ -139,7 +145,7 @@ def peer_losses(
     which cast their inputs).
     """
     with torch.autocast(device_type=logits.device.type, enabled=False):
-        z = logits.float()
+        z = at_least_float32(logits)
         n, b, c = z.shape
         total = z.new_zeros(n)
         if target is not None:
@@ -150,6 +156,7 @@ def peer_losses(
         log_q = torch.log_softmax(z / t if t != 1.0 else z, dim=2)
         log_p = log_q.detach()
         p = log_p.exp()
+        weights = weights.to(z.dtype)
         mixture = (weights @ p.view(n, b * c)).view(n, b, c)  # sum_q W[n, q] p_q for every student n
         distill = -(mixture * log_q).sum(dim=(1, 2))
         if teacher_entropy:
