@@ -141,7 +141,7 @@ class Experiment:
             same_init=self.algorithm.paper_same_init if self.models.same_init is None else self.models.same_init,
         )
         self.algorithm.setup(federation)
-        runner.place(federation)
+        runner.place(federation.client_costs())
         return federation, runner
 
     # -- running ---------------------------------------------------------------------------------------

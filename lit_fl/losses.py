@@ -164,5 +164,47 @@ def peer_losses(
         return total + distill_weight * distill * (t * t / b)
 
 
+def batched_peer_losses(
+    logits: Tensor,
+    target: Tensor,
+    sample_weight: Tensor,
+    weights: Tensor | None,
+    supervised_weight: Tensor,
+    distill_weight: Tensor,
+    temperature: float = 1.0,
+    class_proportions: Tensor | None = None,
+    loss: str = "wsm",
+    teacher_entropy: bool = True,
+) -> Tensor:
+    """:func:`peer_losses` of G clients at once, each on its OWN batch: ``[G, S]`` from the logits ``[S, G, B, C]``
+    of every client's S models, ``target`` ``[G, B]``, ``sample_weight`` ``[G, B]`` (``1/b_g`` on client g's
+    ``b_g`` samples, 0 on padding: :class:`~lit_fl.data.batches.StackedBatches`) and every client's own
+    ``class_proportions`` ``[G, C]``; ``supervised_weight`` and ``distill_weight`` are ``[S]``, ``weights`` the
+    ``[S, S]`` teacher matrix shared by the clients. Entry ``(g, n)`` is client g's model n's loss::
+
+        L_gn = a_n * sum_i w_gi sup(z_gni, y_gi) + b_n * T^2 * sum_q W[n, q] sum_i w_gi KL(p_gqi^T || p_gni^T)
+
+    which with ``w_gi = 1/b_g`` is :func:`peer_losses` of client g's batch (batched deep mutual learning)."""
+    with torch.autocast(device_type=logits.device.type, enabled=False):
+        z = at_least_float32(logits)
+        s, g, b, c = z.shape
+        z_norm = z + torch.log(class_proportions.to(z.dtype)).unsqueeze(1) if loss == "wsm" else z
+        true_logit = z.gather(3, target.view(1, g, b, 1).expand(s, g, b, 1)).squeeze(3)
+        w = sample_weight.to(z.dtype)
+        total = supervised_weight.to(z.dtype).view(s, 1) * ((torch.logsumexp(z_norm, dim=3) - true_logit) * w).sum(2)
+        if weights is None:
+            return total.t()
+        t = float(temperature)
+        log_q = torch.log_softmax(z / t if t != 1.0 else z, dim=3)
+        log_p = log_q.detach()
+        p = log_p.exp()
+        matrix = weights.to(z.dtype)
+        mixture = (matrix @ p.view(s, g * b * c)).view(s, g, b, c)  # sum_q W[n, q] p_q, every client and student
+        distill = -((mixture * log_q).sum(3) * w).sum(2)
+        if teacher_entropy:
+            distill = distill + matrix @ (((p * log_p).sum(3)) * w).sum(2)
+        return (total + distill_weight.to(z.dtype).view(s, 1) * distill * (t * t)).t()
+
+
 #: The supervised losses a client phase can use (``algorithm.loss``).
 LOSSES = {"wsm": wsm_loss, "ce": cross_entropy}

@@ -105,7 +105,7 @@ def test_fedprox_local_phase_stays_closer_to_its_start() -> None:
         fed = tiny_federation(num_clients=4, pool=("cnn_4",))
         client = fed.clients[1]
         start = _flat(client.model)
-        algo.local_training(client, fed, RUNNER)
+        algo.local_phase([client], fed, RUNNER)
         distances.append((_flat(client.model) - start).norm().item())
     assert 0 < distances[1] < distances[0]
     with pytest.raises(ValueError, match="algorithm.mu must be >= 0"):

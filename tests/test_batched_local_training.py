@@ -19,7 +19,7 @@ from lit_fl.algorithms.base import Algorithm
 from lit_fl.data.batches import ClientBatches, StackedBatches
 from lit_fl.federation.evaluation import Evaluator
 from lit_fl.federation.state import Federation
-from lit_fl.steps import StepRunner
+from lit_fl.steps import LocalTraining, StepRunner
 from lit_fl.steps.batched_local_training import per_sample
 from lit_fl.steps.fusion import FusedModels, native_cpu_convolutions
 
@@ -98,7 +98,7 @@ def test_augmented_batches_are_the_ones_each_client_draws_alone() -> None:
     assert_close_weights(results["on"][1], results["off"][1])
 
 
-def test_batchnorm_models_and_overridden_local_training_keep_the_per_client_phase() -> None:
+def test_batchnorm_models_and_steps_without_a_fusion_key_keep_the_per_client_phase() -> None:
     """BatchNorm: padding would change batch statistics, so a ResNet trains per client, bit for bit as unfused."""
     assert not per_sample(nn.Sequential(nn.Conv2d(1, 2, 3), nn.BatchNorm2d(2)))
     assert per_sample(nn.Sequential(nn.Conv2d(1, 2, 3), nn.GroupNorm(1, 2)))
@@ -110,10 +110,19 @@ def test_batchnorm_models_and_overridden_local_training_keep_the_per_client_phas
 
     calls: list[int] = []
 
+    class OwnStep(LocalTraining):  # a step of the user's own: its class defines no fusion
+        fusion_key = None
+
+        def training_step(self, batch, batch_idx):  # noqa: ANN001, ANN201
+            if batch_idx == 0:
+                calls.append(int(self.model.client))
+            return super().training_step(batch, batch_idx)
+
     class Own(DecentralizedFedAvg):
-        def local_training(self, client, federation, runner):  # noqa: ANN001, ANN201
-            calls.append(client.id)
-            return super().local_training(client, federation, runner)
+        def local_work(self, client, federation):  # noqa: ANN001, ANN201
+            client.model.client = client.id
+            step = OwnStep(client.model, client.class_proportions, self.loss, self.optimizer)
+            return self.work(client, step, federation, self.local_epochs)
 
     fed = tiny_federation(num_clients=4, pool=("cnn_4_8",))
     local_phase(Own(batch_size=16), fed, "on", [2, 0])

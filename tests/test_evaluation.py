@@ -173,7 +173,7 @@ class FiveWays(DecentralizedFedAvg):
                 for p in a.model.parameters():
                     p.mul_(0.5)
         elif way == 3:
-            self.local_training(a, federation, runner)
+            self.local_phase([a], federation, runner)
         else:
             with torch.no_grad():
                 for p, q in zip(a.model.parameters(), b.model.parameters()):
@@ -188,7 +188,7 @@ def test_every_way_of_changing_weights_is_seen_as_evaluating_from_scratch() -> N
     algo, runner, evaluator = FiveWays(batch_size=16), StepRunner(accelerator="cpu"), Evaluator()
     algo.setup(fed)
     for c in fed.clients[:2]:  # distinct starting points: every change moves a model's accuracy
-        algo.local_training(c, fed, runner)
+        algo.local_phase([c], fed, runner)
     seen = []
     for round_ in range(1, 11):  # every way twice
         algo.run_round(round_, fed, runner, CommunicationLedger())

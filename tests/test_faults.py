@@ -41,7 +41,7 @@ def test_lost_returns_keep_the_locally_trained_model() -> None:
     # the twin federation runs local training only (no averaging) for the same clients and batches
     clean.select(1, twin)
     for n in (result.aggregator, *result.senders):
-        clean.local_training(twin.clients[n], twin, runner)
+        clean.local_phase([twin.clients[n]], twin, runner)
     for s in result.senders:
         assert same_weights(fed.clients[s].model.state_dict(), twin.clients[s].model.state_dict())
     assert ledger.round_faults.lost_returns == len(result.senders)

@@ -282,16 +282,16 @@ def test_without_distillation_the_server_is_the_plain_average_of_the_copies() ->
     fed = _fed()
     algo = _fedorion(server_epochs=0, aggregation="samples")
     algo.setup(fed)
-    captured = []
-    original = algo._mutual_learning
+    copies = []
+    original = algo.dml_work
 
-    def spy(client, global_copy, federation, runner):  # noqa: ANN001, ANN202
-        loss = original(client, global_copy, federation, runner)
-        captured.append((client.num_train, full_state(global_copy)))
-        return loss
+    def spy(client, global_copy, federation):  # noqa: ANN001, ANN202
+        copies.append((client.num_train, global_copy))
+        return original(client, global_copy, federation)
 
-    algo._mutual_learning = spy
+    algo.dml_work = spy
     result = algo.run_round(1, fed, cpu(), CommunicationLedger())
+    captured = [(n, full_state(global_copy)) for n, global_copy in copies]  # the copies after the clients' DML
     assert math.isnan(result.extra["kd_loss"]) and len(captured) == 3
     total = sum(n for n, _ in captured)
     for key, value in fed.server[GLOBAL].state_dict().items():
@@ -306,13 +306,13 @@ def test_selective_dml_clients_train_the_received_global_model() -> None:
     algo.setup(fed)
     assert algo.no_dml == {c.id for c in fed.clients if c.arch == "cnn_8"} and algo.no_dml
     captured = {}
-    original = algo.local_training
+    original = algo.local_work
 
-    def spy(client, federation, runner):  # noqa: ANN001, ANN202
+    def spy(client, federation):  # noqa: ANN001, ANN202
         captured[client.id] = full_state(client.model)  # what it trains: the received global model
-        return original(client, federation, runner)
+        return original(client, federation)
 
-    algo.local_training = spy
+    algo.local_work = spy
     server_before = full_state(fed.server[GLOBAL])
     ledger = CommunicationLedger()
     result = algo.run_round(1, fed, cpu(), ledger)
@@ -465,7 +465,7 @@ def test_client_trains_the_global_copy_at_eta_g_and_the_local_model_at_eta_i(glo
     global_copy = copy.deepcopy(fed.server[GLOBAL])
     local_start, copy_start = copy.deepcopy(client.model), copy.deepcopy(global_copy)
     generator_state = fed.rng.data_order.get_state()
-    algo._mutual_learning(client, global_copy, fed, cpu())
+    cpu().run_phase([algo.dml_work(client, global_copy, fed)])
     fed.rng.data_order.set_state(generator_state)  # the same single batch, by hand
     batch = ClientBatches(fed.data.train_x, fed.data.train_y, client.train_idx, 1000, fed.rng.data_order)
     (x, y), = list(batch)
@@ -487,14 +487,14 @@ def test_server_distillation_runs_one_noise_batch_per_server_epoch_by_default() 
     algo.setup(fed)
     counted = []
     runner = cpu()
-    original = runner.fit
+    original = runner.fit_here
 
     def counting_fit(step, batches):  # noqa: ANN001, ANN202
         if type(step).__name__ == "NoiseDistillation":
             counted.append(len(batches))
         return original(step, batches)
 
-    runner.fit = counting_fit
+    runner.fit_here = counting_fit
     algo.run_round(1, fed, runner, CommunicationLedger())
     assert counted == [5]
     assert FedORION(noise_steps=4).noise_steps == 4  # still a key

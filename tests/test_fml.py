@@ -55,15 +55,18 @@ def test_the_meme_average_is_sample_weighted() -> None:
     algo = DecentralizedFML(sender_fraction=0.5, lr=0.05)
     algo.setup(fed)
     captured = {}
-    original = algo.mutual_learning
+    runner = StepRunner(accelerator="cpu")
+    original = runner.run_phase
 
-    def spy(client, federation, runner):  # noqa: ANN001, ANN202
-        loss = original(client, federation, runner)
-        captured[client.id] = (copy.deepcopy(client.extras[MEME].state_dict()), client.num_train)
-        return loss
+    def spy(works):  # noqa: ANN001, ANN202 - the memes after the participants' mutual learning
+        results = original(works)
+        for work in works:
+            client = fed.clients[work.client]
+            captured[client.id] = (copy.deepcopy(client.extras[MEME].state_dict()), client.num_train)
+        return results
 
-    algo.mutual_learning = spy  # type: ignore[method-assign]
-    result = algo.run_round(1, fed, StepRunner(accelerator="cpu"), CommunicationLedger())
+    runner.run_phase = spy  # type: ignore[method-assign]
+    result = algo.run_round(1, fed, runner, CommunicationLedger())
     order = [result.aggregator, *result.senders]
     expected = weighted_average([captured[n][0] for n in order], [captured[n][1] for n in order])
     got = fed.clients[result.aggregator].extras[MEME].state_dict()
@@ -93,7 +96,7 @@ def test_fml_loss_weights_follow_shen_et_al() -> None:
     client = fed.clients[0]
     local, meme = copy.deepcopy(client.model), copy.deepcopy(client.extras[MEME])
     state = fed.rng.data_order.get_state()
-    algo.mutual_learning(client, fed, StepRunner("cpu"))
+    StepRunner("cpu").run_phase([algo.mutual_work(client, fed)])
     fed.rng.data_order.set_state(state)
     (x, y), = list(ClientBatches(fed.data.train_x, fed.data.train_y, client.train_idx, 1000, fed.rng.data_order))
     z_local, z_meme = local(x), meme(x)

@@ -6,8 +6,7 @@ import pytest
 import torch
 
 from lit_fl.data.batches import ClientBatches
-from lit_fl.federation.placement import Placement
-from lit_fl.steps import StepRunner
+from lit_fl.steps.placement import Placement
 
 
 def test_a_phase_is_balanced_longest_first_to_the_least_loaded_rank() -> None:
@@ -38,8 +37,3 @@ def test_skipping_batches_advances_the_stream_exactly_as_iterating(augment: str)
     list(ClientBatches(x, y, torch.arange(37), 8, iterated, epochs=2, augment=augment))
     ClientBatches(x, y, torch.arange(37), 8, skipped, epochs=2, augment=augment).skip()
     assert torch.equal(iterated.get_state(), skipped.get_state())
-
-
-def test_each_in_one_process_is_the_list_comprehension() -> None:
-    runner = StepRunner(accelerator="cpu")
-    assert runner.each([1, 2, 3], lambda c: c * 0.5) == [0.5, 1.0, 1.5]  # type: ignore[list-item]

@@ -80,6 +80,14 @@ def _batches(fed: Federation, client: Client, batch_size: int, state: Tensor) ->
     return list(ClientBatches(fed.data.train_x, fed.data.train_y, client.train_idx, batch_size, generator))
 
 
+def _after(fed: Federation, client: Client, batch_size: int, state: Tensor) -> Tensor:
+    """The state of ``rng.data_order`` after the client's batch order is drawn from ``state``."""
+    generator = torch.Generator()
+    generator.set_state(state)
+    ClientBatches(fed.data.train_x, fed.data.train_y, client.train_idx, batch_size, generator).plan()
+    return generator.get_state()
+
+
 def _eq5(states: list[State], sizes: list[int]) -> State:
     """FedAvg Eq. 5 by hand: ``sum_n d_n W_n / sum_n d_n`` on float entries, integer counters of the first."""
     total = float(sum(sizes))
@@ -300,28 +308,33 @@ def test_uapdfl_local_training_replays_eq12_summed_eval_mode_aux_term(runner: St
     algo = UAPDFL(threshold=0.0, mu=mu, num_peers=1, lr=lr, momentum=0.0, batch_size=batch)
     algo.setup(fed)
     queues: dict[int, list[int]] = {}
-    draw, train = algo.draw_queues, algo.train_client
-    captured: dict[int, tuple[nn.Module, Tensor]] = {}
+    draw, make_work = algo.draw_queues, algo.work
+    captured: dict[int, nn.Module] = {}
+    data_order: list[Tensor] = []  # the stream before the phase draws its first batch order
 
     def spy_queues(federation: Federation, ledger: CommunicationLedger) -> dict[int, list[int]]:
         queues.update(draw(federation, ledger))
         return queues
 
-    def spy(client: Client, federation: Federation, run: StepRunner, step: nn.Module) -> float:
-        captured[client.id] = (copy.deepcopy(client.model), federation.rng.data_order.get_state())
-        return train(client, federation, run, step)
+    def spy(client: Client, step: nn.Module, federation: Federation, epochs: int):  # noqa: ANN202
+        data_order[:] = data_order or [federation.rng.data_order.get_state()]
+        captured[client.id] = copy.deepcopy(client.model)  # the model the phase starts from
+        return make_work(client, step, federation, epochs)
 
     algo.draw_queues = spy_queues  # type: ignore[method-assign]
-    algo.train_client = spy  # type: ignore[method-assign]
+    algo.work = spy  # type: ignore[method-assign]
     algo.run_round(1, fed, runner, CommunicationLedger())
     x_unit = torch.ones(1, 1, side, side)
-    for client in fed.clients:
+    stream = torch.Generator()
+    stream.set_state(data_order[0])
+    for client in fed.clients:  # the phase draws every client's batch order in client order
         peers = queues[client.id]
         assert len(peers) == 1 and peers[0] != client.id  # mean of self + peer differs from the peer's alone
         target = torch.stack([start_aux[n] for n in [client.id, *peers]]).mean(0)
-        model, state = captured[client.id]
+        model = captured[client.id]
         model.train()
-        batches = _batches(fed, client, batch, state)
+        batches = _batches(fed, client, batch, stream.get_state())
+        stream.set_state(_after(fed, client, batch, stream.get_state()))
         assert len(batches) >= 2
         for x, y in batches:
             ce = _ce(model(x), y)

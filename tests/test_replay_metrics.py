@@ -83,7 +83,7 @@ def test_peak_regular_and_per_architecture_accuracy_round_after_round() -> None:
         algo.run_round(round_, fed, runner, CommunicationLedger())
         assert_metrics(evaluator.evaluate(fed), fed)
     for client in fed.clients[:2]:
-        algo.local_training(client, fed, runner)
+        algo.local_phase([client], fed, runner)
     metrics = evaluator.evaluate(fed)
     assert metrics["global_acc"] != metrics["global_acc_regular"]  # the peaks are reported, not the regular models
     assert_metrics(metrics, fed)

@@ -26,6 +26,7 @@ from lit_fl.federation.ledger import CommunicationLedger, model_megabytes
 from lit_fl.models import create_model
 from lit_fl.steps import LocalTraining, SGDConfig, StepRunner
 from lit_fl.steps.aux_proximal_training import AuxProximalTraining
+from lit_fl.steps.phase import WorkResult
 
 RUNNER = StepRunner(accelerator="cpu")
 
@@ -216,9 +217,9 @@ def test_learning_rate_decays_per_round() -> None:
     used = []
 
     class SpyRunner:
-        def train(self, step, batches):  # noqa: ANN001, ANN202
-            used.append(step.configure_optimizers().param_groups[0]["lr"])
-            return 0.0
+        def run_phase(self, works):  # noqa: ANN001, ANN202
+            used.extend(w.step.configure_optimizers().param_groups[0]["lr"] for w in works)
+            return [WorkResult(0.0) for _ in works]
 
     for round_ in (1, 2, 3):
         result = algo.run_round(round_, fed, SpyRunner(), CommunicationLedger())

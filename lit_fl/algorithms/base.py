@@ -14,14 +14,15 @@ from lit_fl.lazy import eager_init_annotations
 from lit_fl.steps.optim import SGDConfig
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Sequence
 
+    import lightning as L
     import torch
-    from torch import Tensor
 
-    from lit_fl.data.batches import ClientBatches, PlannedBatch
+    from lit_fl.data.batches import ClientBatches
     from lit_fl.federation.ledger import CommunicationLedger
     from lit_fl.federation.state import Client, Federation
+    from lit_fl.steps.phase import ClientWork, WorkResult
     from lit_fl.steps.runner import StepRunner
 
 
@@ -126,56 +127,26 @@ class Algorithm(ABC):
             black=data.black,
         )
 
-    def local_training(self, client: Client, federation: Federation, runner: StepRunner) -> float:
-        """``local_epochs`` of WSM/CE (plus :attr:`prox_mu`'s term) on the client's own train split; returns the
-        mean loss."""
-        if self.local_epochs == 0 or client.num_train == 0:
-            return float("nan")
-        return self._fit_local(client, self.batches(federation, client.train_idx, self.local_epochs), runner)
+    def work(self, client: Client, step: L.LightningModule, federation: Federation, epochs: int) -> ClientWork | None:
+        """``step`` for ``epochs`` over ``client``'s train split, as a :class:`~lit_fl.steps.phase.ClientWork` (None
+        when there is nothing to train: no epochs or no train sample)."""
+        from lit_fl.steps.phase import ClientWork
+
+        if epochs == 0 or client.num_train == 0:
+            return None
+        return ClientWork(client.id, step, self.batches(federation, client.train_idx, epochs))
+
+    def local_work(self, client: Client, federation: Federation) -> ClientWork | None:
+        """The hook of the local phase: what ``client`` does in it. Default: ``local_epochs`` of WSM/CE (plus
+        :attr:`prox_mu`'s term) on its own train split. Override it to change local training; the phase runner
+        batches, fuses and places the works whatever they are."""
+        step = steps.LocalTraining(client.model, client.class_proportions, self.loss, self.optimizer, self.prox_mu)
+        return self.work(client, step, federation, self.local_epochs)
 
     def local_phase(self, clients: Sequence[Client], federation: Federation, runner: StepRunner) -> list[float]:
-        """:meth:`local_training` of every client in order; returns their mean losses.
-
-        With ``trainer.fuse`` on, the clients of one architecture train as one batched phase
-        (:class:`~lit_fl.steps.BatchedLocalTraining`): each on its own batches, in the order it draws alone, every
-        model's update the same within float32 rounding. A method that overrides :meth:`local_training` keeps its
-        own per client."""
-        if not (runner.fuses_clients and type(self).local_training is Algorithm.local_training):
-            return runner.each(clients, lambda c: self.local_training(c, federation, runner))
-        from lit_fl.steps.batched_local_training import per_sample
-        from lit_fl.steps.fusion import fusion_groups
-
-        trains = [self.local_epochs > 0 and c.num_train > 0 for c in clients]
-        batches = {n: self.batches(federation, c.train_idx, self.local_epochs) for n, c in enumerate(clients)
-                   if trains[n]}
-        plans = {n: b.plan() for n, b in batches.items()}  # drawn in the clients' order, as one by one
-        models = [c.model for c in clients]
-        groups = fusion_groups(models, [t and per_sample(m) for t, m in zip(trains, models)])
-        losses = [float("nan")] * len(clients)
-        for group in groups:
-            for n, loss in zip(group, self._batched_local_training([clients[n] for n in group],
-                                                                   [batches[n] for n in group],
-                                                                   [plans[n] for n in group], runner)):
-                losses[n] = loss
-        grouped = {n for group in groups for n in group}
-        for n in sorted(set(batches) - grouped):
-            losses[n] = self._fit_local(clients[n], (batches[n].cut(p) for p in plans[n]), runner)
-        return losses
-
-    def _batched_local_training(
-        self, clients: list[Client], batches: list[ClientBatches], plans: list[list[PlannedBatch]], runner: StepRunner
-    ) -> list[float]:
-        from lit_fl.data.batches import StackedBatches
-
-        stacked = StackedBatches(batches, plans)
-        step = steps.BatchedLocalTraining([c.model for c in clients], [c.class_proportions for c in clients],
-                                          stacked.num_batches, self.loss, self.optimizer, self.prox_mu)
-        runner.fit(step, stacked)
-        return step.mean_losses()
-
-    def _fit_local(self, client: Client, batches: Iterable[tuple[Tensor, Tensor]], runner: StepRunner) -> float:
-        step = steps.LocalTraining(client.model, client.class_proportions, self.loss, self.optimizer, self.prox_mu)
-        return runner.train(step, batches)
+        """Every client's :meth:`local_work` as one phase (:meth:`StepRunner.run_phase`); their mean losses (NaN
+        for a client without work)."""
+        return phase_losses(runner.run_phase([self.local_work(c, federation) for c in clients]))
 
 
 eager_init_annotations(Algorithm)  # subclasses: __init_subclass__
@@ -185,3 +156,8 @@ def nanmean(values: list[float]) -> float:
     """Mean of the values that are not NaN (NaN when none is)."""
     kept = [v for v in values if not math.isnan(v)]
     return sum(kept) / len(kept) if kept else float("nan")
+
+
+def phase_losses(results: Sequence[WorkResult]) -> list[float]:
+    """The mean losses of a phase's results."""
+    return [r.loss for r in results]

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lit_fl import steps
-from lit_fl.algorithms.base import Algorithm, RoundResult, nanmean
+from lit_fl.algorithms.base import Algorithm, RoundResult, nanmean, phase_losses
 from lit_fl.algorithms.fedadam import FedAdam
 from lit_fl.choices import SupervisedLoss
 from lit_fl.errors import ConfigError
@@ -57,6 +57,7 @@ if TYPE_CHECKING:
 
     from lit_fl.federation.ledger import CommunicationLedger
     from lit_fl.federation.state import Client, Federation
+    from lit_fl.steps.phase import ClientWork
     from lit_fl.steps.runner import StepRunner
 
 SMALL, LARGE = "small", "large"
@@ -234,15 +235,20 @@ class Codistillation(Algorithm):
 
         server = federation.server[pool]
         start = server.state_dict()
-        states, weights = [], []
+        downloaded, works = [], []
         for n in chosen:
             client = federation.clients[n]
             if not ledger.give_back(-1, n, server):  # download lost: the client sits the round out
                 continue
+            ledger.reaches(n, -1)  # whether its upload will go through, drawn in the order of a download-train-upload
             model = pool_model(client, pool)
             model.load_state_dict(start)
-            losses.append(self.train(model, client, federation, runner))
-            if not ledger.send(n, -1, model):  # it fails before uploading and keeps its local model
+            downloaded.append((client, model))
+            works.append(self.pool_work(model, client, federation))
+        losses += phase_losses(runner.run_phase(works))
+        states, weights = [], []
+        for client, model in downloaded:
+            if not ledger.send(client.id, -1, model):  # it fails before uploading and keeps its local model
                 continue
             if client.num_train > 0:
                 states.append(model.state_dict())
@@ -253,12 +259,10 @@ class Codistillation(Algorithm):
         self.buffers[pool] = {n: average[n] for n, b in server.named_buffers() if torch.is_floating_point(b)}
         return {name: p.detach() - average[name] for name, p in server.named_parameters()}
 
-    def train(self, model: nn.Module, client: Client, federation: Federation, runner: StepRunner) -> float:
-        """``local_epochs`` of SGD on the client's train split; returns the mean loss."""
-        if self.local_epochs == 0 or client.num_train == 0:
-            return float("nan")
+    def pool_work(self, model: nn.Module, client: Client, federation: Federation) -> ClientWork | None:
+        """``local_epochs`` of SGD of the client's copy ``model`` of a pool's server model on its train split."""
         step = steps.LocalTraining(model, client.class_proportions, self.loss, self.optimizer)
-        return runner.train(step, self.batches(federation, client.train_idx, self.local_epochs))
+        return self.work(client, step, federation, self.local_epochs)
 
     @abstractmethod
     def server_update(

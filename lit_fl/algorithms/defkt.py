@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lit_fl import steps
-from lit_fl.algorithms.base import RoundResult, nanmean
+from lit_fl.algorithms.base import RoundResult, nanmean, phase_losses
 from lit_fl.algorithms.decentralized import DecentralizedAlgorithm
 from lit_fl.choices import SupervisedLoss
 from lit_fl.errors import ConfigError
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from lit_fl.federation.ledger import CommunicationLedger
     from lit_fl.federation.state import Client, Federation
     from lit_fl.federation.topology import Topology
+    from lit_fl.steps.phase import ClientWork
     from lit_fl.steps.runner import StepRunner
 
 
@@ -106,19 +107,14 @@ class PairwiseExchange(DecentralizedAlgorithm):
         )
         senders = [federation.clients[s] for s, _ in pairs]
         local_losses = self.local_phase(senders, federation, runner)
-        sender_of = {r: federation.clients[s] for s, r in pairs}
-        arrived: set[int] = set()
-
-        def exchange(receiver: Client) -> float:
-            """One pair: the sender transmits, the receiver fuses (nothing when the sender failed)."""
-            sender = sender_of[receiver.id]
-            if not self.send(federation, ledger, receiver, [sender], models=[self.outgoing(sender)]):
-                return float("nan")
-            arrived.add(receiver.id)
-            return self.fuse(sender, receiver, federation, runner, ledger)
-
-        losses = runner.each([federation.clients[r] for _, r in pairs], exchange)
-        fusion_losses = [loss for (_, r), loss in zip(pairs, losses) if r in arrived]
+        works: list[ClientWork | None] = []
+        arrived: list[int] = []
+        for s, r in pairs:  # the sender transmits, the receiver fuses (nothing when the sender failed)
+            sender, receiver = federation.clients[s], federation.clients[r]
+            if self.send(federation, ledger, receiver, [sender], models=[self.outgoing(sender)]):
+                arrived.append(r)
+                works.append(self.fuse(sender, receiver, federation, ledger))
+        fusion_losses = phase_losses(runner.run_phase(works))
         fused = len(arrived)
         extra = {
             "fused_pairs": float(fused),
@@ -140,14 +136,10 @@ class PairwiseExchange(DecentralizedAlgorithm):
 
     @abstractmethod
     def fuse(
-        self,
-        sender: Client,
-        receiver: Client,
-        federation: Federation,
-        runner: StepRunner,
-        ledger: CommunicationLedger,
-    ) -> float:
-        """Fuse the model that arrived from ``sender`` at ``receiver``; returns a loss (NaN when none)."""
+        self, sender: Client, receiver: Client, federation: Federation, ledger: CommunicationLedger
+    ) -> ClientWork | None:
+        """Fuse the model that arrived from ``sender`` at ``receiver``: what can be done at once is done here, the
+        receiver's training (if any) is returned as its work in the round's fusion phase."""
 
 
 class DefKT(PairwiseExchange):
@@ -181,24 +173,18 @@ class DefKT(PairwiseExchange):
         self.kl_weight = float(kl_weight)
 
     def fuse(
-        self,
-        sender: Client,
-        receiver: Client,
-        federation: Federation,
-        runner: StepRunner,
-        ledger: CommunicationLedger,
-    ) -> float:
-        received = copy.deepcopy(sender.model)
-        loss = float("nan")
-        if self.fusion_epochs > 0 and receiver.num_train > 0:
-            step = steps.DeepMutualLearning(
-                received,
-                receiver.model,
-                receiver.class_proportions,
-                loss=self.loss,
-                kl_weight=self.kl_weight,
-                optimizer=self.optimizer,
-            )
-            loss = runner.train(step, self.batches(federation, receiver.train_idx, self.fusion_epochs))
-        receiver.set_weights(received.state_dict())  # "store w~ as the local model" (Algorithm 1)
-        return loss
+        self, sender: Client, receiver: Client, federation: Federation, ledger: CommunicationLedger
+    ) -> ClientWork | None:
+        """The receiver stores ``w~`` as its model at once (Algorithm 1) and its fusion work trains it in place by
+        deep mutual learning with a copy of the receiver's own model ``w`` (discarded afterwards)."""
+        own = copy.deepcopy(receiver.model)
+        receiver.set_weights(sender.model.state_dict())  # "store w~ as the local model": it trains in place
+        step = steps.DeepMutualLearning(
+            receiver.model,
+            own,
+            receiver.class_proportions,
+            loss=self.loss,
+            kl_weight=self.kl_weight,
+            optimizer=self.optimizer,
+        )
+        return self.work(receiver, step, federation, self.fusion_epochs)

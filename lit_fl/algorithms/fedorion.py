@@ -37,7 +37,7 @@ import math
 from typing import TYPE_CHECKING, Any, Literal
 
 from lit_fl import steps
-from lit_fl.algorithms.base import Algorithm, RoundResult, nanmean
+from lit_fl.algorithms.base import Algorithm, RoundResult, nanmean, phase_losses
 from lit_fl.choices import BN_STATS, STUDENT_RUNNING_STATS, BNStats, StudentRunningStats, SupervisedLoss
 from lit_fl.errors import ConfigError
 from lit_fl.models import create_model, num_parameters
@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 
     from lit_fl.federation.ledger import CommunicationLedger
     from lit_fl.federation.state import Client, Federation
+    from lit_fl.steps.phase import ClientWork
     from lit_fl.steps.runner import StepRunner
 
 GLOBAL = "global"
@@ -233,25 +234,28 @@ class FedORION(Algorithm):
         server = federation.server[GLOBAL]
         selected = self.select(federation)
         global_state = {k: v.detach().clone() for k, v in server.state_dict().items()}
-        copy_model = copy.deepcopy(server)  # one scratch copy, reloaded per client
 
-        received: list[dict[str, torch.Tensor]] = []
-        teachers: list[Client] = []
-        losses: list[float] = []
+        works: list[ClientWork | None] = []
+        global_copies: dict[int, nn.Module] = {}  # theta_gi of every DML client
         for cid in selected:
             client = federation.clients[cid]
             ledger.give_back(-1, cid, server)  # the server broadcasts the global model
             if cid in self.no_dml:
                 client.set_weights(global_state)
-                losses.append(self.local_training(client, federation, runner))  # no DML: trains alone
-                ledger.send(cid, -1, client.model)
-                theirs = client.model
+                works.append(self.local_work(client, federation))  # no DML: trains the global model alone
             else:
-                copy_model.load_state_dict(global_state)
-                losses.append(self._mutual_learning(client, copy_model, federation, runner))
-                ledger.send(cid, -1, copy_model)
-                ledger.send(cid, -1, client.model)
-                theirs = copy_model
+                global_copies[cid] = copy.deepcopy(server)
+                works.append(self.dml_work(client, global_copies[cid], federation))
+        losses = phase_losses(runner.run_phase(works))
+
+        received: list[dict[str, torch.Tensor]] = []
+        teachers: list[Client] = []
+        for cid in selected:
+            client = federation.clients[cid]
+            if cid in global_copies:
+                ledger.send(cid, -1, global_copies[cid])
+            ledger.send(cid, -1, client.model)
+            theirs = global_copies.get(cid, client.model)
             if client.num_train > 0:
                 received.append({k: v.detach().clone() for k, v in theirs.state_dict().items()})
                 teachers.append(client)
@@ -268,12 +272,8 @@ class FedORION(Algorithm):
             extra={"kd_loss": kd_loss, "dml_clients": float(sum(c not in self.no_dml for c in selected))},
         )
 
-    def _mutual_learning(
-        self, client: Client, global_copy: nn.Module, federation: Federation, runner: StepRunner
-    ) -> float:
+    def dml_work(self, client: Client, global_copy: nn.Module, federation: Federation) -> ClientWork | None:
         """Eq. 1-2: DML between the local model and the copy of the global model on the client's data."""
-        if self.local_epochs == 0 or client.num_train == 0:
-            return float("nan")
         step = steps.DeepMutualLearning(
             client.model,
             global_copy,
@@ -285,7 +285,7 @@ class FedORION(Algorithm):
             optimizer=self.optimizer,
             model_optimizers=[None, self.global_optimizer],  # theta_i at eta_i, theta_gi at eta_g
         )
-        return runner.train(step, self.batches(federation, client.train_idx, self.local_epochs))
+        return self.work(client, step, federation, self.local_epochs)
 
     def distill(self, server: nn.Module, teachers: list[Client], federation: Federation, runner: StepRunner) -> float:
         """Eq. 3 for ``server_epochs * noise_steps`` noise batches; returns the mean ``L_KD``."""

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from lit_fl import steps
-from lit_fl.algorithms.base import RoundResult
+from lit_fl.algorithms.base import RoundResult, phase_losses
 from lit_fl.algorithms.local import Local
 from lit_fl.algorithms.unit_representation import ModelSplit
 from lit_fl.errors import ConfigError
@@ -81,8 +81,8 @@ class FedPer(Local):
                 self.receive(ledger, peer, client, snapshot[peer], self.feature_keys)
             client.set_weights(self.merge(federation, snapshot, client, [client.id, *peers], [client.id]))
         optimizer = self.round_optimizer(round_)
-        losses = [self.train_client(c, federation, runner, self.local_step(c, optimizer)) for c in federation.clients]
-        return self.round_result(federation, losses, optimizer)
+        works = [self.work(c, self.local_step(c, optimizer), federation, self.local_epochs) for c in federation.clients]
+        return self.round_result(federation, phase_losses(runner.run_phase(works)), optimizer)
 
     # -- peer-to-peer machinery shared with UA-PDFL -----------------------------------------------------------
 

@@ -15,7 +15,7 @@ import copy
 from typing import TYPE_CHECKING, Any
 
 from lit_fl import steps
-from lit_fl.algorithms.base import RoundResult, nanmean
+from lit_fl.algorithms.base import RoundResult, nanmean, phase_losses
 from lit_fl.algorithms.decentralized import DecentralizedAlgorithm
 from lit_fl.choices import SupervisedLoss
 from lit_fl.errors import ConfigError
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
     from lit_fl.federation.ledger import CommunicationLedger
     from lit_fl.federation.state import Client, Federation
+    from lit_fl.steps.phase import ClientWork
     from lit_fl.steps.runner import StepRunner
 
 MEME = "meme"
@@ -87,7 +88,8 @@ class DecentralizedFML(DecentralizedAlgorithm):
         participants = self.select(round_, federation)
         aggregator = federation.clients[participants.aggregator]
         selected = [federation.clients[n] for n in participants.senders]
-        losses = [self.mutual_learning(c, federation, runner) for c in [aggregator, *selected]]
+        works = [self.mutual_work(c, federation) for c in [aggregator, *selected]]
+        losses = phase_losses(runner.run_phase(works))
         senders = self.send(federation, ledger, aggregator, selected, [c.extras[MEME] for c in selected])
         before = self.snapshot_for_returns(federation, senders, [c.extras[MEME] for c in senders])
         cluster = [aggregator, *senders]
@@ -103,10 +105,8 @@ class DecentralizedFML(DecentralizedAlgorithm):
             train_loss=nanmean(losses),
         )
 
-    def mutual_learning(self, client: Client, federation: Federation, runner: StepRunner) -> float:
+    def mutual_work(self, client: Client, federation: Federation) -> ClientWork | None:
         """Deep mutual learning between the client's heterogeneous model and its meme on its own data."""
-        if client.num_train == 0:
-            return float("nan")
         step = steps.DeepMutualLearning(
             client.model,
             client.extras[MEME],
@@ -115,7 +115,7 @@ class DecentralizedFML(DecentralizedAlgorithm):
             optimizer=self.optimizer,
             loss_weights=[(self.fml_alpha, 1.0 - self.fml_alpha), (self.fml_beta, 1.0 - self.fml_beta)],
         )
-        return runner.train(step, self.batches(federation, client.train_idx, self.mutual_epochs))
+        return self.work(client, step, federation, self.mutual_epochs)
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "meme_arch": self.meme_arch}

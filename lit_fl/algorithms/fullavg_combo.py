@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
     from lit_fl.federation.ledger import CommunicationLedger
     from lit_fl.federation.state import Client, Federation
-    from lit_fl.steps.runner import StepRunner
+    from lit_fl.steps.phase import ClientWork
 
 
 def pair_weights(sender: Client, receiver: Client) -> tuple[float, float]:
@@ -32,17 +32,12 @@ class FullAvg(PairwiseExchange):
     locally trained models; nothing is sent back. Integer buffers (counters) stay the receiver's."""
 
     def fuse(
-        self,
-        sender: Client,
-        receiver: Client,
-        federation: Federation,
-        runner: StepRunner,
-        ledger: CommunicationLedger,
-    ) -> float:
+        self, sender: Client, receiver: Client, federation: Federation, ledger: CommunicationLedger
+    ) -> ClientWork | None:
         w_s, w_r = pair_weights(sender, receiver)
         average = steps.weighted_average([receiver.model.state_dict(), sender.model.state_dict()], [w_r, w_s])
         receiver.set_weights(average)
-        return float("nan")
+        return None
 
 
 # -- Combo: two segments of the flattened model ----------------------------------------------------------
@@ -110,13 +105,8 @@ class Combo(PairwiseExchange):
         return Payload([vector[split_point(len(vector)) :].to(wire_dtype(state, keys))])  # one flat segment
 
     def fuse(
-        self,
-        sender: Client,
-        receiver: Client,
-        federation: Federation,
-        runner: StepRunner,
-        ledger: CommunicationLedger,
-    ) -> float:
+        self, sender: Client, receiver: Client, federation: Federation, ledger: CommunicationLedger
+    ) -> ClientWork | None:
         from lit_fl.federation.ledger import Payload
 
         w_s, w_r = pair_weights(sender, receiver)
@@ -136,4 +126,4 @@ class Combo(PairwiseExchange):
         sender.set_weights(unflatten(new_s, s_state, keys))
         segment_1 = Payload([v_r[:half].to(wire_dtype(r_state, keys))])
         self.give_back(federation, ledger, receiver, [sender], before, models=[segment_1])
-        return float("nan")
+        return None

@@ -8,12 +8,11 @@ local epoch of cross-entropy. The paper names no weight decay, so the default is
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from lit_fl import steps
-from lit_fl.algorithms.base import Algorithm, RoundResult, nanmean
+from lit_fl.algorithms.base import Algorithm, RoundResult, nanmean, phase_losses
 from lit_fl.choices import SupervisedLoss
 from lit_fl.errors import ConfigError
 from lit_fl.steps.optim import SGDConfig
@@ -77,23 +76,12 @@ class Local(Algorithm):
         self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger
     ) -> RoundResult:
         optimizer = self.round_optimizer(round_)
-        losses = [
-            self.train_client(client, federation, runner, self.local_step(client, optimizer))
-            for client in federation.clients
-        ]
-        return self.round_result(federation, losses, optimizer)
+        works = [self.work(c, self.local_step(c, optimizer), federation, self.local_epochs) for c in federation.clients]
+        return self.round_result(federation, phase_losses(runner.run_phase(works)), optimizer)
 
     def local_step(self, client: Client, optimizer: SGDConfig) -> steps.LocalTraining:
         """Plain CE/WSM local training of the client's model."""
         return steps.LocalTraining(client.model, client.class_proportions, self.loss, optimizer)
-
-    def train_client(
-        self, client: Client, federation: Federation, runner: StepRunner, step: steps.LocalTraining
-    ) -> float:
-        """Run ``step`` for ``local_epochs`` over the client's train split; the mean loss (NaN if no batch)."""
-        if self.local_epochs == 0 or client.num_train == 0:
-            return math.nan
-        return runner.train(step, self.batches(federation, client.train_idx, self.local_epochs))
 
     def round_result(
         self, federation: Federation, losses: list[float], optimizer: SGDConfig, **extra: float

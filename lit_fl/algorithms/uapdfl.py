@@ -39,7 +39,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from lit_fl import steps
-from lit_fl.algorithms.base import RoundResult
+from lit_fl.algorithms.base import RoundResult, phase_losses
 from lit_fl.algorithms.fedper import FedPer, snapshot_states
 from lit_fl.algorithms.unit_representation import divergence, unit_input, unit_representations
 from lit_fl.errors import ConfigError
@@ -98,7 +98,8 @@ class UAPDFL(FedPer):
     @staticmethod
     def make_unit_input(federation: Federation) -> Tensor:
         """``X_unit`` for the federation's input shape, on its models' device."""
-        return unit_input(federation.data.input_shape, next(federation.clients[0].model.parameters()).device)
+        param = next(federation.clients[0].model.parameters())
+        return unit_input(federation.data.input_shape, param.device, param.dtype)
 
     def representations(self, federation: Federation, x_unit: Tensor) -> dict[int, tuple[Tensor, Tensor]]:
         """``(I, I_aux)`` of every client's current model (Eq. 5 and 11)."""
@@ -135,13 +136,11 @@ class UAPDFL(FedPer):
             personalised += int(self.layer_wise)
             merged_classifiers += len(close)
         optimizer = self.round_optimizer(round_)
-        losses = []
-        for client in federation.clients:
-            step = self.aux_step(client, optimizer, x_unit, reps, queues[client.id])
-            losses.append(self.train_client(client, federation, runner, step))
+        works = [self.work(c, self.aux_step(c, optimizer, x_unit, reps, queues[c.id]), federation, self.local_epochs)
+                 for c in federation.clients]
         return self.round_result(
             federation,
-            losses,
+            phase_losses(runner.run_phase(works)),
             optimizer,
             client_dropouts=dropouts,
             personalised_classifiers=personalised,

@@ -27,11 +27,14 @@ if TYPE_CHECKING:
 
 
 
-def unit_input(input_shape: Sequence[int], device: torch.device | str = "cpu") -> Tensor:
-    """``X_unit``: one all-ones float32 sample, shape ``(1, *input_shape)``, in the normalised input space."""
+def unit_input(
+    input_shape: Sequence[int], device: torch.device | str = "cpu", dtype: torch.dtype | None = None
+) -> Tensor:
+    """``X_unit``: one all-ones sample (float32 unless ``dtype``), shape ``(1, *input_shape)``, in the normalised
+    input space."""
     import torch
 
-    return torch.ones((1, *input_shape), device=device, dtype=torch.float32)
+    return torch.ones((1, *input_shape), device=device, dtype=dtype or torch.float32)
 
 
 class ModelSplit:

@@ -33,8 +33,8 @@ import torch
 from torch import Tensor, nn
 
 from lit_fl.federation.fingerprint import Fingerprint, Stamp, fingerprint, stamp
-from lit_fl.federation.placement import Placement
 from lit_fl.federation.state import Client, Federation, WeightsToken
+from lit_fl.steps.placement import Placement
 
 #: ``(family, fingerprint)``: weights are the same model when both agree (family = architecture or extra's name)
 WeightsKey = tuple[str, Fingerprint]

@@ -206,6 +206,11 @@ class Federation:
     def num_classes(self) -> int:
         return self.data.num_classes
 
+    def client_costs(self) -> list[float]:
+        """Each client's cost for balancing work over processes: train samples x parameters (at least one of
+        each)."""
+        return [float(max(c.num_train, 1) * max(c.num_params, 1)) for c in self.clients]
+
     def architectures(self) -> list[str]:
         """Distinct architectures in client order."""
         return list(dict.fromkeys(c.arch for c in self.clients))

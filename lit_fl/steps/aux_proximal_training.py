@@ -7,11 +7,13 @@ representation of the client and its peers, a detached constant of the phase (Al
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Sequence
 
+import lightning as L
 from torch import Tensor, nn
 
 from lit_fl.choices import SupervisedLoss
+from lit_fl.losses import at_least_float32
 from lit_fl.models.metadata import extract_features
 from lit_fl.steps.local_training import LocalTraining
 from lit_fl.steps.optim import SGDConfig
@@ -50,8 +52,8 @@ class AuxProximalTraining(LocalTraining):
         super().__init__(model, class_proportions, loss, optimizer)
         if not mu >= 0:
             raise ValueError(f"mu must be >= 0, got {mu}")
-        self.register_buffer("x_unit", x_unit.detach().float(), persistent=False)
-        self.register_buffer("target", target.detach().float().flatten(), persistent=False)
+        self.register_buffer("x_unit", at_least_float32(x_unit.detach()), persistent=False)
+        self.register_buffer("target", at_least_float32(target.detach()).flatten(), persistent=False)
         self.mu = float(mu)
         self.features = features
 
@@ -64,12 +66,28 @@ class AuxProximalTraining(LocalTraining):
         self.num_batches += 1
         return loss
 
+    def fusion_key(self) -> Hashable | None:
+        """:meth:`LocalTraining.fusion_key`, and the same ``mu``, features and ``X_unit``."""
+        key = super().fusion_key()
+        if key is None:
+            return None
+        return (*key, self.mu, self.features, tuple(self.x_unit.flatten().tolist()))
+
+    @classmethod
+    def batched(cls, steps: Sequence[AuxProximalTraining], num_batches: Sequence[int]) -> L.LightningModule:
+        from lit_fl.steps.batched_local_training import BatchedAuxProximalTraining
+
+        first = steps[0]
+        return BatchedAuxProximalTraining([s.model for s in steps], [s.class_proportions for s in steps], num_batches,
+                                          first.x_unit, [s.target for s in steps], first.mu, first.features,
+                                          first.loss_name, first.optimizer_config)
+
     def aux_penalty(self) -> Tensor:
         """``mu * ||g(X_unit) - target||^2`` with gradients w.r.t. the model's current weights."""
         was_training = self.model.training
         self.model.eval()
         try:
-            aux = self.features(self.model, self.x_unit).float().flatten()
+            aux = at_least_float32(self.features(self.model, self.x_unit)).flatten()
         finally:
             self.model.train(was_training)
         return self.mu * ((aux - self.target) ** 2).sum()

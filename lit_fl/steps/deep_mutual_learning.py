@@ -6,13 +6,17 @@ step (local model <-> copy of the global model) as well.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import astuple
 
+import lightning as L
 import torch
 from torch import Tensor, nn
 
 from lit_fl.choices import SupervisedLoss
-from lit_fl.losses import peer_losses
+from lit_fl.losses import batched_peer_losses, peer_losses
+from lit_fl.steps.batched import BatchedClientStep, per_sample
 from lit_fl.steps.optim import SGDConfig
 from lit_fl.steps.peer_learning import PeerLearningStep
 
@@ -90,3 +94,57 @@ class DeepMutualLearning(PeerLearningStep):
                                loss=self.loss_name)
         return peer_losses(logits, y, self.peer_matrix, self.supervised_weights, self.distill_weights,
                            self.temperature, self.class_proportions, self.loss_name)
+
+    # -- fusion (the client-work contract, :func:`lit_fl.steps.phase.run_phase`) ----------------------------
+
+    def fusion_key(self) -> Hashable | None:
+        """Steps with equal keys fuse (:meth:`batched`): the same pair of architectures, losses and SGD settings
+        (FedORION's clients with the same local architecture, FML's with the same model and meme, Def-KT's pairs
+        of the same architectures). None where a learner has BatchNorm or draws random numbers."""
+        from lit_fl.steps.fusion import fusible, signature
+
+        if not all(per_sample(m) and fusible(m) for m, t in zip(self.models, self.trainable) if t):
+            return None
+        optimizers = tuple(None if o is None else astuple(o) for o in self.model_optimizers)
+        return (type(self), tuple(signature(m) for m in self.models), tuple(self.trainable), self.loss_name,
+                tuple(self.loss_weights), self.temperature, astuple(self.optimizer_config), optimizers)
+
+    @classmethod
+    def batched(cls, steps: Sequence[DeepMutualLearning], num_batches: Sequence[int]) -> L.LightningModule:
+        return BatchedDeepMutualLearning(steps, num_batches)
+
+    def client_peer_losses(self, logits: Tensor, y: Tensor, weight: Tensor, class_proportions: Tensor) -> Tensor:
+        """Eq. 5-6 of G clients at once, each on its own batch: ``[G, 2]`` from ``[2, G, B, C]``
+        (:func:`~lit_fl.losses.batched_peer_losses`)."""
+        distills = None if all(w_kl == 0.0 for _, w_kl in self.loss_weights) else self.peer_matrix
+        return batched_peer_losses(logits, y, weight, distills, self.supervised_weights, self.distill_weights,
+                                   self.temperature, class_proportions, self.loss_name)
+
+
+class BatchedDeepMutualLearning(BatchedClientStep):
+    """G clients' :class:`DeepMutualLearning` (each pair on its own client's batches) as one step: slot 0 holds
+    the G first models, slot 1 the G second ones, each slot with its own SGD settings (FedORION trains the global
+    copy at ``eta_g``)."""
+
+    def __init__(self, steps: Sequence[DeepMutualLearning], num_batches: Sequence[int]) -> None:
+        first = steps[0]
+        optimizers = [own or first.optimizer_config for own in first.model_optimizers]
+        super().__init__([[s.models[n] for s in steps] for n in range(2)], first.trainable, optimizers, num_batches)
+        self.register_buffer("class_proportions", torch.stack([s.class_proportions for s in steps]),
+                             persistent=False)
+        self.__dict__["template"] = first  # its loss settings (not a submodule: its models are slots here)
+        learners = [n for n, t in enumerate(first.trainable) if t]
+        self.register_buffer("learner_index", torch.tensor(learners), persistent=False)
+
+    def client_losses(self, x: Tensor, y: Tensor, weight: Tensor) -> Tensor:
+        logits = torch.stack([self.slot_logits(n, x) for n in range(2)])
+        losses = self.__dict__["template"].client_peer_losses(logits, y, weight, self.class_proportions)
+        return losses.index_select(1, self.learner_index).sum(1)
+
+    @contextmanager
+    def fused(self) -> Iterator[None]:
+        template: DeepMutualLearning = self.__dict__["template"]
+        for name in ("peer_matrix", "supervised_weights", "distill_weights"):  # the loss's constants, on the device
+            setattr(template, name, getattr(template, name).to(self.active.device))
+        with super().fused():
+            yield

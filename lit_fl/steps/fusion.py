@@ -22,7 +22,7 @@ another stream than unfused training draws them from.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 import torch
@@ -121,6 +121,20 @@ class FusedModels(nn.Module):
         buffers = dict(zip(self.buffer_names, self._buffers_list()))
         return vmap(one, in_dims=(0, 0, 0 if per_model else None), randomness="error")(params, buffers, x)
 
+    def apply_in_eval(self, fn: Callable[[nn.Module, Tensor], Tensor], x: Tensor) -> Tensor:
+        """``fn(model_g, x)`` of every model with the model in eval mode (BatchNorm on its running statistics,
+        dropout off), gradients on, stacked ``[G, ...]``: e.g. UA-PDFL's features of ``X_unit``."""
+        from torch.func import functional_call, vmap
+
+        applied = _Applied(self.__dict__["template"], fn).eval()
+        params = {f"model.{k}": v for k, v in zip(self.param_names, self.params)}
+        buffers = {f"model.{k}": v for k, v in zip(self.buffer_names, self._buffers_list())}
+
+        def one(params: dict[str, Tensor], buffers: dict[str, Tensor]) -> Tensor:
+            return functional_call(applied, (params, buffers), (x,))
+
+        return vmap(one, in_dims=(0, 0), randomness="error")(params, buffers)
+
     def _fused_cnn(self, x: Tensor, per_model: bool) -> Tensor:
         """G :class:`~lit_fl.models.cnn.CNN` of one architecture: ``[G, B, classes]``. On a shared ``x`` the first
         convolution runs the G models' filters side by side over it; on per-model inputs ``[G, B, C, H, W]`` the
@@ -163,3 +177,15 @@ class FusedModels(nn.Module):
                 src.append(stacked[i])
         if dst:
             torch._foreach_copy_(dst, src)
+
+
+class _Applied(nn.Module):
+    """``fn(model, x)`` as a module's forward, so that ``functional_call`` can swap the model's weights."""
+
+    def __init__(self, model: nn.Module, fn: Callable[[nn.Module, Tensor], Tensor]) -> None:
+        super().__init__()
+        self.model = model
+        self.fn = fn
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fn(self.model, x)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
+from dataclasses import astuple
+
 import lightning as L
 import torch
 from torch import Tensor, nn
@@ -29,6 +32,7 @@ class LocalTraining(L.LightningModule):
         self.model = model
         self.register_buffer("class_proportions", class_proportions.float(), persistent=False)
         self.loss_fn = LOSSES[loss]
+        self.loss_name: SupervisedLoss = loss
         self.optimizer_config = optimizer or SGDConfig()
         self.prox_mu = prox_mu
         self.start_weights = [p.detach().clone() for p in model.parameters()] if prox_mu > 0 else []
@@ -52,3 +56,25 @@ class LocalTraining(L.LightningModule):
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return self.optimizer_config.build(self.model.parameters())
+
+    # -- fusion (the client-work contract, :func:`lit_fl.steps.phase.run_phase`) ----------------------------
+
+    def fusion_key(self) -> Hashable | None:
+        """Steps of the same kind with equal keys fuse into one :meth:`batched` step: same architecture, loss and
+        optimizer settings (None: this step never fuses, e.g. a BatchNorm model, whose batch statistics padding
+        would change)."""
+        from lit_fl.steps.batched import per_sample
+        from lit_fl.steps.fusion import fusible, signature
+
+        if not (per_sample(self.model) and fusible(self.model)):
+            return None
+        return (type(self), signature(self.model), self.loss_name, astuple(self.optimizer_config), self.prox_mu)
+
+    @classmethod
+    def batched(cls, steps: Sequence[LocalTraining], num_batches: Sequence[int]) -> L.LightningModule:
+        """G steps with equal :meth:`fusion_key` as one fused step over their stacked batches."""
+        from lit_fl.steps.batched_local_training import BatchedLocalTraining
+
+        first = steps[0]
+        return BatchedLocalTraining([s.model for s in steps], [s.class_proportions for s in steps], num_batches,
+                                    first.loss_name, first.optimizer_config, first.prox_mu)

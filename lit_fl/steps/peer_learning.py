@@ -64,6 +64,9 @@ class PeerLearningStep(L.LightningModule):
         #: inside :meth:`fused`: the fused groups of trainable same-architecture models
         self.fused_groups: nn.ModuleList | None = None
         self._fused_order: Tensor | None = None  # participant order of the fused logits' rows (None: identity)
+        self._fused_members: list[list[int]] = []  # the models of each fused group
+        self._fused_index: list[Tensor] = []  # the same, as index tensors on the device
+        self._fused_settings: list[SGDConfig] = []  # the SGD settings of each fused group
         self._unfused: list[int] = []
 
     @abstractmethod
@@ -104,11 +107,11 @@ class PeerLearningStep(L.LightningModule):
 
     def _sharded_step(self, x: Tensor, y: Tensor) -> Tensor:
         assert self.local is not None and self._all_reduce is not None
-        own = {n: self._logits(n, x) for n in range(len(self.models)) if self.local[n]}
+        own, rows = self._own_logits(x)
         reference = next(iter(own.values()), None)
         shared = x.new_zeros((len(self.models), len(y), self.num_outputs(own)), dtype=torch.float32)
-        for n, z in own.items():
-            shared[n] = z.detach().float()
+        for index, z in rows:
+            shared.index_copy_(0, index, z.detach().float())
         self._all_reduce(shared)
         dtype = reference.dtype if reference is not None else torch.float32
         logits = torch.stack([own[n] if n in own else shared[n].to(dtype) for n in range(len(self.models))])
@@ -123,6 +126,22 @@ class PeerLearningStep(L.LightningModule):
             self._mine = torch.tensor(mine, device=losses.device)
         self._student_losses.append(kept.index_copy(0, self._mine, losses.detach().float().index_select(0, self._mine)))
         return losses.index_select(0, self._mine).sum()
+
+    def _own_logits(self, x: Tensor) -> tuple[dict[int, Tensor], list[tuple[Tensor, Tensor]]]:
+        """The logits of the models this process computes, by model, and as ``(rows, logits)`` blocks for the
+        exchange (inside :meth:`fused`: one block per fused group of this process's students)."""
+        own: dict[int, Tensor] = {}
+        rows: list[tuple[Tensor, Tensor]] = []
+        for members, index, group in zip(self._fused_members, self._fused_index, self.fused_groups or []):
+            z = group(x)
+            rows.append((index, z))
+            own.update({n: z[i] for i, n in enumerate(members)})
+        grouped = {n for members in self._fused_members for n in members}
+        for n in range(len(self.models)):
+            if self.local is not None and self.local[n] and n not in grouped:
+                own[n] = self._logits(n, x)
+                rows.append((torch.tensor([n], device=x.device), own[n].unsqueeze(0)))
+        return own, rows
 
     def num_outputs(self, own: dict[int, Tensor]) -> int:
         """Classes of the logits (a local model's output width, else the length of the class proportions)."""
@@ -157,9 +176,14 @@ class PeerLearningStep(L.LightningModule):
     def fused(self) -> Iterator[None]:
         """Within the block the trainable models of one architecture run fused (:mod:`lit_fl.steps.fusion`) and
         :meth:`configure_optimizers` trains the stacked weights; on exit every model gets its weights back.
-        Models with their own SGD settings, teachers and models that draw random numbers run unfused."""
-        candidates = [t and own is None for t, own in zip(self.trainable, self.model_optimizers)]
-        groups = fusion_groups(self.models, candidates)
+        Teachers and models that draw random numbers run unfused; models with their own SGD settings fuse only with
+        models of the same settings. Sharded over processes (:meth:`shard`), each process fuses its own students.
+        """
+        settings = [own or self.optimizer_config for own in self.model_optimizers]
+        candidates = [t and (self.local is None or self.local[n]) for n, t in enumerate(self.trainable)]
+        groups = [g for key in dict.fromkeys(map(_settings_key, settings))
+                  for g in fusion_groups(self.models, [c and _settings_key(o) == key
+                                                       for c, o in zip(candidates, settings)])]
         if not groups:
             yield
             return
@@ -171,21 +195,31 @@ class PeerLearningStep(L.LightningModule):
         self._fused_order = None if order == list(range(len(order))) else torch.tensor(position, device=device)
         self.fused_groups = nn.ModuleList([FusedModels([self.models[n] for n in g]) for g in groups])
         self.fused_groups.train(self.training)
+        self._fused_members = [list(g) for g in groups]
+        self._fused_index = [torch.tensor(g, device=device) for g in groups]
+        self._fused_settings = [settings[g[0]] for g in groups]
         try:
             with native_cpu_convolutions(device):
                 yield
         finally:
             groups_done, self.fused_groups = self.fused_groups, None
             self._fused_order, self._unfused = None, []
+            self._fused_members, self._fused_index = [], []
             for group in groups_done:
                 group.write_back()
 
     def trainable_parameters(self) -> list[nn.Parameter]:
         """The parameters the optimizer trains: the fused stacks and every other trainable model's."""
+        return [p for params, _ in self.parameter_groups() for p in params]
+
+    def parameter_groups(self) -> list[tuple[list[nn.Parameter], SGDConfig]]:
+        """The trainable parameters with their SGD settings: each fused group's stacks (inside :meth:`fused`) and
+        every other trainable model's own parameters."""
+        own = [own or self.optimizer_config for own in self.model_optimizers]
         if self.fused_groups is None:
-            return [p for m, t in zip(self.models, self.trainable) if t for p in m.parameters()]
-        params = [p for group in self.fused_groups for p in group.parameters()]
-        return params + [p for n in self._unfused if self.trainable[n] for p in self.models[n].parameters()]
+            return [(list(m.parameters()), own[n]) for n, (m, t) in enumerate(zip(self.models, self.trainable)) if t]
+        groups = [(list(group.parameters()), config) for group, config in zip(self.fused_groups, self._fused_settings)]
+        return groups + [(list(self.models[n].parameters()), own[n]) for n in self._unfused if self.trainable[n]]
 
     def _logits(self, n: int, x: Tensor) -> Tensor:
         model = self.models[n]
@@ -194,16 +228,17 @@ class PeerLearningStep(L.LightningModule):
         return frozen_teacher_logits(model, x)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        """One SGD over the trainable models, a parameter group per model with its own settings."""
-        if all(o is None for o in self.model_optimizers):
-            return self.optimizer_config.build(self.trainable_parameters())
-        groups = []
-        for model, trainable, own in zip(self.models, self.trainable, self.model_optimizers):
-            if trainable:
-                config = own or self.optimizer_config
-                groups.append({"params": list(model.parameters()), "lr": config.lr, "momentum": config.momentum,
-                               "weight_decay": config.weight_decay})
-        return torch.optim.SGD(groups, lr=self.optimizer_config.lr, foreach=True)
+        """One SGD over the trainable models (fused stacks included), a parameter group per model with its own
+        settings."""
+        groups = self.parameter_groups()
+        if all(_settings_key(config) == _settings_key(self.optimizer_config) for _, config in groups):
+            return self.optimizer_config.build([p for params, _ in groups for p in params])
+        return torch.optim.SGD([{"params": params, "lr": c.lr, "momentum": c.momentum, "weight_decay": c.weight_decay}
+                                for params, c in groups], lr=self.optimizer_config.lr, foreach=True)
+
+
+def _settings_key(config: SGDConfig) -> tuple[float, float, float]:
+    return (config.lr, config.momentum, config.weight_decay)
 
 
 def frozen_teacher_logits(model: nn.Module, x: Tensor) -> Tensor:

@@ -7,7 +7,7 @@ federation (the dataset and every client's models, replicated); what is split is
 * a client phase (local training, a Def-KT fusion) runs on the rank it is assigned to (its *owner* for that
   phase, balanced over the phase's clients by cost); the other ranks only advance the random streams the
   phase draws from, and afterwards the owner broadcasts the client's new weights and the phase's value
-  (:meth:`StepRunner.each`);
+  (:func:`lit_fl.steps.phase.run_phase`);
 * DFML's mutual learning runs every participant's forward/backward on its owner; per batch the logits are
   summed over ranks (each rank contributes its own participants' logits, zeros elsewhere, so the sum is exact)
   and each student's loss uses the others' logits as detached teachers: the one-process math, bit for bit;
@@ -117,8 +117,3 @@ class Placement:
         tensor = torch.tensor(mine, dtype=torch.float64, device=device)
         torch.distributed.all_reduce(tensor, op=torch.distributed.ReduceOp.SUM)
         return [float(v) for v in tensor.cpu()]
-
-
-def client_costs(federation: object) -> list[float]:
-    """A client's cost for balancing: train samples x parameters (one sample and one parameter at least)."""
-    return [float(max(c.num_train, 1) * max(c.num_params, 1)) for c in federation.clients]  # type: ignore[attr-defined]

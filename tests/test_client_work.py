@@ -1,0 +1,145 @@
+"""The client-work contract (:mod:`lit_fl.steps.phase`): every built-in method's client phases go through the one
+phase runner, and under ``trainer.fuse on`` every one of them runs fused; fused and unfused rounds give the same
+weights and losses for every method, uneven client sizes included.
+
+The equivalence runs in float64 (``torch.set_default_dtype``: data, models and losses): fused and unfused phases
+sum in other orders, which float64 rounds about 1e-16 relative per operation; :data:`RTOL` leaves a factor 10^6 for
+amplification over three rounds and stays 10^3 below the smallest float32 effect, so any difference in the math
+fails (see ``test_fusion``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import torch
+from conftest import TINY_OPTIONS
+
+from lit_fl.algorithms import (
+    DFML,
+    UAPDFL,
+    Combo,
+    DecentralizedFedAvg,
+    DecentralizedFedProx,
+    DecentralizedFML,
+    DefKT,
+    FedORION,
+    FedPer,
+    FedRolex,
+    HeteroFL,
+    Local,
+    MergedCodist,
+    PeriodicCodist,
+)
+from lit_fl.algorithms.base import Algorithm
+from lit_fl.config import DataConfig, ModelsConfig
+from lit_fl.data import load_dataset
+from lit_fl.federation.builder import build_federation
+from lit_fl.federation.ledger import CommunicationLedger
+from lit_fl.federation.state import Federation
+from lit_fl.steps import StepRunner, phase
+from lit_fl.steps.fusion import native_cpu_convolutions
+
+#: float64's unit roundoff (1.1e-16) x 10^6 of amplification (module docstring)
+RTOL = 1e-10
+ROUNDS = 3
+CODIST = {"small_arch": "cnn_4_8", "large_arch": "cnn_8", "large_clients": [0, 2, 4], "clients_per_round": 3,
+          "distill_steps": 2, "distill_batch_size": 16, "batch_size": 16}
+
+#: every built-in method whose clients train, in a setting where each of its client phases has two clients of a
+#: kind at least (so that every phase can fuse)
+METHODS: dict[str, Callable[[], Algorithm]] = {
+    "fedavg": lambda: DecentralizedFedAvg(sender_fraction=1.0, batch_size=16),
+    "fedprox": lambda: DecentralizedFedProx(mu=1.0, sender_fraction=1.0, batch_size=16),
+    "dfml": lambda: DFML(sender_fraction=1.0, batch_size=16),
+    "heterofl": lambda: HeteroFL(sender_fraction=1.0, batch_size=16),
+    "fedrolex": lambda: FedRolex(sender_fraction=1.0, batch_size=16),
+    "fml": lambda: DecentralizedFML(sender_fraction=1.0, batch_size=16),
+    "defkt": lambda: DefKT(sender_fraction=0.5, batch_size=16),
+    "combo": lambda: Combo(sender_fraction=0.5, batch_size=16),
+    "local": lambda: Local(batch_size=16),
+    "fedper": lambda: FedPer(num_peers=2, batch_size=16),
+    "uapdfl": lambda: UAPDFL(num_peers=2, batch_size=16),
+    "fedorion": lambda: FedORION(client_fraction=1.0, local_epochs=2, batch_size=16, server_epochs=1,
+                                 noise_batch_size=8),
+    "fedorion_no_dml": lambda: FedORION(client_fraction=1.0, no_dml=[0, 2, 4], local_epochs=1, batch_size=16,
+                                        server_epochs=1, noise_batch_size=8),
+    "periodic_codist": lambda: PeriodicCodist(period=2, **CODIST),
+    "merged_codist": lambda: MergedCodist(**CODIST),
+}
+RUN_GROUP = phase._run_group
+POOLS = {"heterofl": ("cnn_4_8", "cnn_8_16"), "fedrolex": ("cnn_4_8", "cnn_8_16")}
+
+
+@pytest.fixture(autouse=True)
+def float64(one_thread: None) -> Iterator[None]:
+    """float64 everywhere, PyTorch's own CPU convolutions on both sides (as a fused phase uses on a CPU)."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        with native_cpu_convolutions(torch.device("cpu")):
+            yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def federation(name: str) -> Federation:
+    """Six clients of uneven sizes (Dirichlet(0.5)) over synthetic 1x8x8 images."""
+    options = dict(TINY_OPTIONS)
+    data = DataConfig(dataset="synthetic", num_clients=6, partition="dirichlet", beta=0.5, options=options,
+                      server_fraction=0.2 if "codist" in name else 0.0)
+    dataset = load_dataset("synthetic", seed=0, **options)
+    pool = list(POOLS.get(name, ("cnn_4_8",)))
+    return build_federation(dataset, data, ModelsConfig(pool=pool, same_init=False), seed=0)
+
+
+def every_model(fed: Federation) -> list[torch.Tensor]:
+    """Every client's models (extras included) and every server model, flattened per model."""
+    models = [m for c in fed.clients for m in (c.model, *c.extras.values())] + list(fed.server.values())
+    return [torch.cat([v.detach().double().flatten() for v in m.state_dict().values() if v.is_floating_point()])
+            for m in models]
+
+
+def run(name: str, fuse: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Federation, list[float], list[int]]:
+    """``ROUNDS`` rounds of the method; its federation, train losses and the sizes of the groups the phase runner
+    ran (1: a work alone, n: n works fused)."""
+    sizes: list[int] = []
+
+    def spy(runner: StepRunner, jobs: list[Any], plans: list[Any]) -> list[float]:
+        sizes.append(len(jobs))
+        return RUN_GROUP(runner, jobs, plans)
+
+    monkeypatch.setattr(phase, "_run_group", spy)
+    fed, algo = federation(name), METHODS[name]()
+    algo.setup(fed)
+    runner, ledger, losses = StepRunner("cpu", fuse=fuse), CommunicationLedger.of(fed), []
+    for round_ in range(1, ROUNDS + 1):
+        ledger.start_round()
+        losses.append(algo.run_round(round_, fed, runner, ledger).train_loss)
+    return fed, losses, sizes
+
+
+@pytest.mark.parametrize("name", list(METHODS))
+def test_every_client_phase_runs_fused_and_equals_the_unfused_one(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    fused, fused_losses, fused_groups = run(name, "on", monkeypatch)
+    unfused, unfused_losses, unfused_groups = run(name, "off", monkeypatch)
+    assert fused_groups and min(fused_groups) >= 2, f"{name}: a client phase ran unfused: {fused_groups}"
+    assert set(unfused_groups) == {1}
+    torch.testing.assert_close(torch.tensor(fused_losses), torch.tensor(unfused_losses), rtol=RTOL, atol=0.0)
+    moved = 0
+    for n, (a, b) in enumerate(zip(every_model(fused), every_model(unfused), strict=True)):
+        assert (a - b).norm() <= RTOL * b.norm(), f"{name}: model {n}: {float((a - b).norm() / b.norm()):.2e}"
+        moved += 1
+    assert moved >= 6
+
+
+def test_a_step_without_fusion_runs_alone_and_a_none_work_reports_nan() -> None:
+    fed = federation("local")
+    algo = Local(batch_size=16)
+    runner = StepRunner("cpu", fuse="on")
+    works = [algo.local_work(c, fed) for c in fed.clients[:3]]
+    assert all(w is not None for w in works)
+    results = runner.run_phase([works[0], None, works[2]])
+    assert results[1].loss != results[1].loss  # NaN
+    assert all(r.loss == r.loss for r in (results[0], results[2]))
