@@ -7,11 +7,19 @@ evaluation, or the rest. Each configuration runs fused and unfused (``trainer.fu
 
     python benchmarks/kernels.py                 # quickstart at 10 and 50 clients, dfml_cifar100 on synthetic data
     python benchmarks/kernels.py --only quickstart-50
+    python benchmarks/kernels.py --methods       # every method's round on a 50-client mnist5k federation
+    python -m torch.distributed.run --nproc-per-node 2 benchmarks/kernels.py --methods --only dfml
+                                                 # the same, each rank's kernels at --trainer.devices 2
+
+"client phase" counts the client phases (:meth:`StepRunner.run_phase`: every method's local training, FedORION's
+and FML's client DML, UA-PDFL's aux-proximal training, Def-KT's fusion, codistillation's clients); "per round" is
+everything a round dispatches (the algorithm's round and the evaluation that follows it), per round.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 from collections.abc import Callable
@@ -36,69 +44,98 @@ CONFIGS: dict[str, list[str]] = {
     "quickstart-50": [*QUICKSTART, "--data.num_clients", "50"],
     "dfml_cifar100-synthetic": CIFAR100_SYNTHETIC,
 }
-PHASES = ("local training", "mutual learning", "evaluation", "rest")
-
-
-LOCAL_STEPS = ("LocalTraining", "BatchedLocalTraining", "AuxProximalTraining")
-
-
-def phase_of(step: Any) -> str:
-    return "local training" if type(step).__name__ in LOCAL_STEPS else "mutual learning"
+METHOD_ROUNDS = 2
+#: every method's mnist5k config at 50 clients, two rounds (FedORION: its 10 clients per round at 50 clients)
+METHODS: dict[str, list[str]] = {
+    name: ["--config", str(ROOT / f"experiments/mnist5k/{name}.yaml"), "--data.num_clients", "50",
+           "--rounds", str(METHOD_ROUNDS), "--eval_every", "1"]
+    for name in ("dfml", "fedavg", "fedprox", "heterofl", "fedrolex", "feddropout", "fml", "defkt", "fullavg", "combo",
+                 "local", "fedper", "uapdfl", "fedorion", "codistillation", "merged_codist")
+}
+PHASES = ("client phase", "other steps", "evaluation", "rest")
 
 
 @contextmanager
-def phases(counter: KernelCounter):  # noqa: ANN201
-    """Label the work of ``StepRunner._fit`` and ``Evaluator.evaluate`` while the block runs."""
+def phases(counter: KernelCounter, rounds: list[int]):  # noqa: ANN201
+    """Label client phases, other steps and evaluation while the block runs; count the rounds in ``rounds``."""
     from lit_fl.federation.evaluation import Evaluator
+    from lit_fl.federation.loop import RoundLoop
     from lit_fl.steps.runner import StepRunner
 
-    fit, evaluate = StepRunner._fit, Evaluator.evaluate
+    run_phase, fit_here, evaluate, run_round = (StepRunner.run_phase, StepRunner.fit_here, Evaluator.evaluate,
+                                                RoundLoop.run_round)
 
-    def labelled_fit(self: StepRunner, step: Any, batches: Any) -> Any:
-        with counter.phase(phase_of(step)):
-            return fit(self, step, batches)
+    def labelled(label: str, function: Callable) -> Callable:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with counter.phase(label):
+                return function(*args, **kwargs)
 
-    def labelled_evaluate(self: Evaluator, fed: Any) -> Any:
-        with counter.phase("evaluation"):
-            return evaluate(self, fed)
+        return wrapper
 
-    patches: list[tuple[type, str, Callable]] = [(StepRunner, "_fit", labelled_fit),
-                                                  (Evaluator, "evaluate", labelled_evaluate)]
+    def counted_round(self: RoundLoop, round_: int) -> Any:
+        before = counter.total
+        try:
+            return run_round(self, round_)
+        finally:
+            rounds.append(counter.total - before)
+
+    patches: list[tuple[type, str, Callable]] = [
+        (StepRunner, "run_phase", labelled("client phase", run_phase)),
+        (StepRunner, "fit_here", labelled("other steps", fit_here)),
+        (Evaluator, "evaluate", labelled("evaluation", evaluate)),
+        (RoundLoop, "run_round", counted_round),
+    ]
     for owner, name, function in patches:
         setattr(owner, name, function)
     try:
         yield
     finally:
-        StepRunner._fit, Evaluator.evaluate = fit, evaluate
+        StepRunner.run_phase, StepRunner.fit_here, Evaluator.evaluate = run_phase, fit_here, evaluate
+        RoundLoop.run_round = run_round
 
 
-def count(argv: list[str], fuse: str) -> KernelCounter:
-    """Kernels of one ``lit-fl fit`` with ``trainer.fuse``; raises if the run fails."""
+def count(argv: list[str], fuse: str, devices: int = 1) -> tuple[KernelCounter, list[int]]:
+    """Kernels of one ``lit-fl fit`` with ``trainer.fuse`` (and the kernels of each of its rounds); raises if the run
+    fails. Evaluation runs with the batch size a GPU run uses (1024, one batch for mnist5k's test set) instead of
+    the CPU's 128: the count stands for the kernels a GPU launches."""
     from lit_fl.cli import main
+    from lit_fl.federation import evaluation
+
+    evaluation.BATCH_SIZES["cpu"] = evaluation.ACCELERATOR_BATCH_SIZE
 
     with tempfile.TemporaryDirectory() as tmp:
         args = ["fit", *argv, "--trainer.fuse", fuse, "--trainer.accelerator", "cpu", "--run_dir", tmp,
                 "--name", "kernels", "--logger.wandb", "false", "--logger.progress", "false"]
-        counter = KernelCounter()
-        with phases(counter), counter:
+        if devices > 1:
+            args += ["--trainer.devices", str(devices)]
+        counter, rounds = KernelCounter(), []
+        with phases(counter, rounds), counter:
             rc = main(args)
         if rc not in (0, None):
             raise SystemExit(f"lit-fl {' '.join(args)} exited {rc}")
-    return counter
+    return counter, rounds
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", nargs="*", choices=list(CONFIGS), help="configurations to count")
+    parser.add_argument("--methods", action="store_true", help="every method on 50-client mnist5k federations")
+    parser.add_argument("--only", nargs="*", choices=[*CONFIGS, *METHODS], help="configurations to count")
     parser.add_argument("--fuse", nargs="*", default=["off", "on"], choices=["off", "on"])
     args = parser.parse_args(argv)
-    print(f"| config | fuse | {' | '.join(PHASES)} | total |")
-    print("|---|---|" + "---|" * (len(PHASES) + 1))
-    for name in args.only or list(CONFIGS):
+    table = METHODS if args.methods else CONFIGS
+    world = int(os.environ.get("WORLD_SIZE", "1"))  # under torchrun: each rank counts its own kernels
+    rank = f"rank {os.environ.get('RANK', '0')}/{world} | " if world > 1 else ""
+    print(f"| {'rank | ' if world > 1 else ''}config | fuse | {' | '.join(PHASES)} | total | per round |")
+    print("|---|" * (2 if world > 1 else 1) + "---|" + "---|" * (len(PHASES) + 2))
+    for name in args.only or list(table):
+        per_round = {}
         for fuse in args.fuse:
-            counter = count(CONFIGS[name], fuse)
+            counter, rounds = count(table[name], fuse, world)
+            per_round[fuse] = sum(rounds) / max(len(rounds), 1)
             cells = " | ".join(f"{counter.by_phase.get(p, 0):,}" for p in PHASES)
-            print(f"| {name} | {fuse} | {cells} | {counter.total:,} |", flush=True)
+            print(f"| {rank}{name} | {fuse} | {cells} | {counter.total:,} | {per_round[fuse]:,.0f} |", flush=True)
+        if {"on", "off"} <= set(per_round):
+            print(f"| {rank}{name} | on/off | | | | | | {per_round['on'] / per_round['off']:.2f} |", flush=True)
     return 0
 
 

@@ -159,6 +159,7 @@ def test_fused_models_on_per_model_inputs_equal_each_model_on_its_own() -> None:
     torch.manual_seed(0)
     cases = [
         ([create_model("cnn_4_8", (3, 8, 8), 5) for _ in range(3)], (3, 8, 8), True),
+        ([create_model("codist_small", (1, 12, 12), 5) for _ in range(3)], (1, 12, 12), True),
         ([nn.Sequential(nn.Flatten(), nn.Linear(12, 7), nn.GELU(), nn.Linear(7, 5)) for _ in range(3)], (3, 2, 2),
          True),
         ([create_model("resnet18_2_2_4_4", (3, 8, 8), 5).eval() for _ in range(3)], (3, 8, 8), False),

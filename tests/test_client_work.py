@@ -143,3 +143,20 @@ def test_a_step_without_fusion_runs_alone_and_a_none_work_reports_nan() -> None:
     results = runner.run_phase([works[0], None, works[2]])
     assert results[1].loss != results[1].loss  # NaN
     assert all(r.loss == r.loss for r in (results[0], results[2]))
+
+
+def test_load_weights_copies_every_entry_and_changes_the_stamp() -> None:
+    """The one-kernel load is ``load_state_dict``: same values, and the evaluator's stamp sees the change."""
+    from lit_fl.federation.fingerprint import stamp
+    from lit_fl.models import create_model
+    from lit_fl.steps import load_weights
+
+    torch.manual_seed(0)
+    model, source = create_model("resnet18_2_2_4_4", (1, 8, 8), 4), create_model("resnet18_2_2_4_4", (1, 8, 8), 4)
+    source(torch.randn(4, 1, 8, 8))  # running statistics that differ from the fresh model's
+    before = stamp(model)
+    load_weights(model, source.state_dict())
+    assert stamp(model) != before
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), source.state_dict().values()))
+    with pytest.raises(RuntimeError, match="Missing key"):
+        load_weights(model, {k: v for k, v in source.state_dict().items() if "classifier" not in k})

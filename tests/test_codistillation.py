@@ -176,10 +176,10 @@ def test_periodic_codist_distills_every_p_rounds_and_resets_fedadam(monkeypatch:
 def spy_updates(monkeypatch: pytest.MonkeyPatch) -> tuple[list, list, list]:
     """Record the pseudo-gradients g per pool, every merge and every update FedAdam receives."""
     grads, merges, fed_to_adam = [], [], []
-    original_fedavg, original_merge, original_step = MergedCodist.fedavg, codist.merge_updates, FedAdam.step
+    original_upload, original_merge, original_step = MergedCodist.upload, codist.merge_updates, FedAdam.step
 
-    def fedavg(self: MergedCodist, pool: str, *args: Any) -> Any:
-        g = original_fedavg(self, pool, *args)
+    def upload(self: MergedCodist, pool: str, *args: Any) -> Any:
+        g = original_upload(self, pool, *args)
         grads.append((pool, {k: v.clone() for k, v in g.items()}))
         return g
 
@@ -192,7 +192,7 @@ def spy_updates(monkeypatch: pytest.MonkeyPatch) -> tuple[list, list, list]:
         fed_to_adam.append({k: v.clone() for k, v in update.items()})
         original_step(self, model, update, lr)
 
-    monkeypatch.setattr(MergedCodist, "fedavg", fedavg)
+    monkeypatch.setattr(MergedCodist, "upload", upload)
     monkeypatch.setattr(codist, "merge_updates", merge)
     monkeypatch.setattr(FedAdam, "step", step)
     return grads, merges, fed_to_adam

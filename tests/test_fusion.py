@@ -78,7 +78,7 @@ def assert_same_models(fused: list[nn.Module], unfused: list[nn.Module]) -> None
 #: the largest models take seconds each on a CPU: run by ``make test``, not ``make test-fast``
 LARGEST = {"resnet18_64_128_256_512", "resnet18_32_64_128_256", "cnn_128_256"}
 ARCHS = [pytest.param(a, marks=pytest.mark.slow) if a in LARGEST else a
-         for a in sorted({*POOLS["h2_cnn"], *POOLS["h1_cnn"], *POOLS["h1_resnet"]})]
+         for a in sorted({*POOLS["h2_cnn"], *POOLS["h1_cnn"], *POOLS["h1_resnet"], "codist_small", "codist_large"})]
 
 
 @pytest.mark.parametrize("arch", ARCHS)

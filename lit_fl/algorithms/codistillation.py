@@ -201,15 +201,17 @@ class Codistillation(Algorithm):
         self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger
     ) -> RoundResult:
         self.buffers = {}
-        losses: list[float] = []
-        grads: dict[str, dict[str, Tensor] | None] = {}
+        downloads: dict[str, list[tuple[Client, nn.Module]]] = {}
         taking_part: set[int] = set()
         for pool in POOLS:
             members = self.pool_ids[pool]
             count = min(self.clients_per_round, len(members))
             chosen = sorted(int(n) for n in federation.rng.selection.choice(members, size=count, replace=False))
             taking_part.update(chosen)
-            grads[pool] = self.fedavg(pool, chosen, federation, runner, ledger, losses)
+            downloads[pool] = self.download(pool, chosen, federation, ledger)
+        works = [self.pool_work(model, client, federation) for pool in POOLS for client, model in downloads[pool]]
+        losses = phase_losses(runner.run_phase(works))  # both pools' clients train in one phase
+        grads = {pool: self.upload(pool, downloads[pool], federation, ledger) for pool in POOLS}
         extra = self.server_update(round_, federation, runner, grads)
         return RoundResult(
             senders=tuple(sorted(taking_part)),
@@ -219,33 +221,33 @@ class Codistillation(Algorithm):
             extra=extra,
         )
 
-    def fedavg(
-        self,
-        pool: str,
-        chosen: Sequence[int],
-        federation: Federation,
-        runner: StepRunner,
-        ledger: CommunicationLedger,
-        losses: list[float],
-    ) -> dict[str, Tensor] | None:
-        """Clients ``chosen`` download the pool's server model, train it and upload it; returns the
-        pseudo-gradient per parameter (None when no update arrived). The clients' average of the floating
-        buffers (BatchNorm statistics) is kept for :meth:`apply`, which sets the server's buffers to it."""
-        import torch
-
+    def download(
+        self, pool: str, chosen: Sequence[int], federation: Federation, ledger: CommunicationLedger
+    ) -> list[tuple[Client, nn.Module]]:
+        """Clients ``chosen`` download the pool's server model into their copy of it; returns who got it, with the
+        copy (a lost download: the client sits the round out)."""
         server = federation.server[pool]
         start = server.state_dict()
-        downloaded, works = [], []
+        downloaded = []
         for n in chosen:
             client = federation.clients[n]
-            if not ledger.give_back(-1, n, server):  # download lost: the client sits the round out
+            if not ledger.give_back(-1, n, server):
                 continue
             ledger.reaches(n, -1)  # whether its upload will go through, drawn in the order of a download-train-upload
             model = pool_model(client, pool)
-            model.load_state_dict(start)
+            steps.load_weights(model, start)
             downloaded.append((client, model))
-            works.append(self.pool_work(model, client, federation))
-        losses += phase_losses(runner.run_phase(works))
+        return downloaded
+
+    def upload(
+        self, pool: str, downloaded: list[tuple[Client, nn.Module]], federation: Federation, ledger: CommunicationLedger
+    ) -> dict[str, Tensor] | None:
+        """The trained copies go back to the server; returns the pseudo-gradient per parameter (None when no update
+        arrived). The clients' average of the floating buffers (BatchNorm statistics) is kept for :meth:`apply`,
+        which sets the server's buffers to it."""
+        import torch
+
+        server = federation.server[pool]
         states, weights = [], []
         for client, model in downloaded:
             if not ledger.send(client.id, -1, model):  # it fails before uploading and keeps its local model

@@ -63,16 +63,24 @@ class FedAdam:
         c1 = 1.0 - b1**self.steps if self.bias_correction else 1.0
         c2 = 1.0 - b2**self.steps if self.bias_correction else 1.0
         params = dict(model.named_parameters())
+        names = list(grads)
         with torch.no_grad():
-            for name, g in grads.items():
-                p = params[name]
-                g = g.to(device=p.device, dtype=p.dtype)
-                m = self.exp_avg.setdefault(name, torch.zeros_like(p, memory_format=torch.preserve_format))
-                v = self.exp_avg_sq.setdefault(name, torch.zeros_like(p, memory_format=torch.preserve_format))
-                m.mul_(b1).add_(g, alpha=1.0 - b1)
-                v.mul_(b2).addcmul_(g, g, value=1.0 - b2)
-                denom = (v / c2).sqrt_().add_(self.eps)
-                p.addcdiv_(m / c1, denom, value=-lr)
+            p = [params[name] for name in names]
+            g = [grads[name].to(device=q.device, dtype=q.dtype) for name, q in zip(names, p)]
+            m = [self.exp_avg.setdefault(n, torch.zeros_like(q, memory_format=torch.preserve_format))
+                 for n, q in zip(names, p)]
+            v = [self.exp_avg_sq.setdefault(n, torch.zeros_like(q, memory_format=torch.preserve_format))
+                 for n, q in zip(names, p)]
+            # every parameter at once (multi-tensor kernels), element by element the arithmetic of
+            # m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;  p -= lr (m / c1) / (sqrt(v / c2) + eps)
+            torch._foreach_mul_(m, b1)
+            torch._foreach_add_(m, g, alpha=1.0 - b1)
+            torch._foreach_mul_(v, b2)
+            torch._foreach_addcmul_(v, g, g, value=1.0 - b2)
+            denom = torch._foreach_div(v, c2)
+            torch._foreach_sqrt_(denom)
+            torch._foreach_add_(denom, self.eps)
+            torch._foreach_addcdiv_(p, torch._foreach_div(m, c1), denom, value=-lr)
 
     def reset(self) -> None:
         """Forget the moments and the step count (a fresh optimiser)."""

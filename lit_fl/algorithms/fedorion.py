@@ -262,7 +262,7 @@ class FedORION(Algorithm):
 
         if teachers and self.aggregate:
             weights = [c.num_train for c in teachers] if self.aggregation == "samples" else [1.0] * len(teachers)
-            server.load_state_dict(steps.weighted_average(received, weights))
+            steps.load_weights(server, steps.weighted_average(received, weights))
         kd_loss = float("nan")
         if teachers and self.server_epochs > 0:
             kd_loss = self.distill(server, teachers, federation, runner)

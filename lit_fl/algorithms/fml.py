@@ -126,7 +126,7 @@ class DecentralizedFML(DecentralizedAlgorithm):
 
 
 def set_meme(client: Client, state: dict[str, torch.Tensor]) -> None:
-    client.extras[MEME].load_state_dict(state)
+    steps.load_weights(client.extras[MEME], state)
 
 
 def median_architecture(federation: Federation) -> str:

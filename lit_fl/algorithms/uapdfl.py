@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 from lit_fl import steps
 from lit_fl.algorithms.base import RoundResult, phase_losses
 from lit_fl.algorithms.fedper import FedPer, snapshot_states
-from lit_fl.algorithms.unit_representation import divergence, unit_input, unit_representations
+from lit_fl.algorithms.unit_representation import pair_divergences, unit_input, unit_representations
 from lit_fl.errors import ConfigError
 from lit_fl.steps.optim import SGDConfig
 
@@ -117,11 +117,13 @@ class UAPDFL(FedPer):
         dropouts = personalised = merged_classifiers = 0
         divergences: list[float] = []
         all_keys = [*self.feature_keys, *self.classifier_keys]
+        pairs = [(c.id, p) for c in federation.clients for p in queues[c.id]]
+        values = iter(pair_divergences({n: rep for n, (rep, _) in reps.items()}, pairs, self.eps))
         for client in federation.clients:
             peers = queues[client.id]
             if not peers:  # no neighbour reachable this round: keep the model, train alone
                 continue
-            divs = [divergence(reps[client.id][0], reps[p][0], self.eps) for p in peers]
+            divs = [next(values) for _ in peers]  # Eq. 6 for every peer
             divergences += divs
             if self.client_dropout and all(d <= self.threshold for d in divs):
                 chosen = peers[int(federation.rng.algorithm.integers(len(peers)))]

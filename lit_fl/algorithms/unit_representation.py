@@ -15,7 +15,7 @@ model into a feature extractor ``g`` and a personalised classifier ``h`` (sec. 3
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -146,3 +146,17 @@ def kl(p: Tensor, q: Tensor, eps: float = 1e-8) -> Tensor:
 def divergence(p: Tensor, q: Tensor, eps: float = 1e-8) -> float:
     """``Div = 0.5 KL(p || q) + 0.5 KL(q || p)`` (Eq. 6): symmetric, 0 for equal representations."""
     return float(0.5 * kl(p, q, eps) + 0.5 * kl(q, p, eps))
+
+
+def pair_divergences(
+    representations: Mapping[int, Tensor], pairs: Sequence[tuple[int, int]], eps: float = 1e-8
+) -> list[float]:
+    """:func:`divergence` of every ``(i, j)`` of ``pairs`` at once (one computation over the stacked
+    representations and one read from the device, instead of one per pair)."""
+    import torch
+
+    if not pairs:
+        return []
+    p = torch.stack([representations[i] for i, _ in pairs])
+    q = torch.stack([representations[j] for _, j in pairs])
+    return (0.5 * kl(p, q, eps) + 0.5 * kl(q, p, eps)).tolist()

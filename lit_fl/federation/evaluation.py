@@ -29,10 +29,12 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from weakref import WeakKeyDictionary
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
 from lit_fl.federation.fingerprint import Fingerprint, Stamp, fingerprint, stamp
+from lit_fl.federation.fused_evaluation import split_counts
 from lit_fl.federation.state import Client, Federation, WeightsToken
 from lit_fl.steps.placement import Placement
 
@@ -172,7 +174,7 @@ class Evaluator:
             if work.val_clients:
                 idx = torch.cat([c.val_idx for c in work.val_clients]).to(data.train_x.device)
                 correct = self._correct(model, data.train_x[idx], data.train_y[idx], batch_size)
-                counts += [int(s.sum()) for s in correct.split([len(c.val_idx) for c in work.val_clients])]
+                counts += split_counts(correct.cpu().numpy(), [len(c.val_idx) for c in work.val_clients])
         finally:
             model.train(was_training)
         return counts
@@ -300,10 +302,11 @@ def _pass_cost(work: _Pass, fed: Federation) -> float:
 
 
 def _accuracy(correct: int, total: int) -> float:
-    """``float32(correct) / total`` (torchmetrics' micro accuracy, bit for bit); NaN for no sample."""
+    """``float32(correct) / total`` (torchmetrics' micro accuracy, bit for bit: IEEE float32 division, on the
+    host); NaN for no sample."""
     if total == 0:
         return float("nan")
-    return float(torch.tensor(correct, dtype=torch.float32) / total)
+    return float(np.float32(correct) / np.float32(total))
 
 
 def _mean(values: list[float]) -> float:

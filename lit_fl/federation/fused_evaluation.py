@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -35,11 +36,18 @@ def fused_counts(
         test_counts = _test_counts(group, *test, batch_size) if test is not None else None
         val_correct = _val_correct(group, val_indices, *train, batch_size)
     counts: list[list[int]] = []
+    correct = val_correct.numpy()  # bookkeeping on the host: one transfer, no kernel per client
     for g, sets in enumerate(val_indices):
         row = [] if test_counts is None else [test_counts[g]]
-        row += [int(s.sum()) for s in val_correct[g][: sum(len(i) for i in sets)].split([len(i) for i in sets])]
+        row += split_counts(correct[g], [len(i) for i in sets])
         counts.append(row)
     return counts
+
+
+def split_counts(correct: np.ndarray, sizes: Sequence[int]) -> list[int]:
+    """The number of True in each consecutive run of ``sizes`` entries of ``correct`` (padding after is ignored)."""
+    bounds = np.cumsum([0, *sizes])
+    return [int(correct[a:b].sum()) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 def _test_counts(group: FusedModels, x: Tensor, y: Tensor, batch_size: int) -> list[int]:

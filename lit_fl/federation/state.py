@@ -17,6 +17,7 @@ from lit_fl.federation.faults import FaultsConfig
 from lit_fl.federation.fingerprint import Stamp, stamp
 from lit_fl.federation.topology import Topology, mesh
 from lit_fl.models import num_parameters
+from lit_fl.steps.aggregation import load_weights
 
 
 class WeightsToken:
@@ -99,7 +100,7 @@ class Client:
         """Replace the regular model's weights (a received model). ``token`` names ``state`` when several clients
         receive it (see :class:`WeightsToken`)."""
         model = self.model
-        model.load_state_dict(state)
+        load_weights(model, state)
         self.weights_token = (token, stamp(model)) if token is not None else None
 
     def shared_weights(self) -> WeightsToken | None:

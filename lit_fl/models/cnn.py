@@ -56,6 +56,11 @@ class CNN(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         return self.classifier(self.features(x))
 
+    def layers(self) -> list[nn.Module]:
+        """The layers :meth:`forward` applies, in order (lets :class:`~lit_fl.steps.fusion.FusedModels` fuse them
+        by hand)."""
+        return [*self.features, self.classifier]
+
 
 def cnn(channels: Sequence[int], input_shape: tuple[int, int, int], num_classes: int) -> CNN:
     """Factory registered as ``cnn_<c1>_<c2>...`` (``cnn_32_64`` is the H0 model)."""

@@ -72,6 +72,11 @@ class CodistCNN(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         return self.classifier(self.dense(self.features(x)))
 
+    def layers(self) -> list[nn.Module]:
+        """The layers :meth:`forward` applies, in order (lets :class:`~lit_fl.steps.fusion.FusedModels` fuse them
+        by hand)."""
+        return [*self.features, *self.dense, self.classifier]
+
 
 def codist_cnn(arch: str, input_shape: tuple[int, int, int], num_classes: int) -> CodistCNN:
     """Factory registered as ``codist_small`` and ``codist_large``."""

@@ -27,6 +27,7 @@ _EXPORTS: dict[str, str] = {
     "PRECISIONS": "lit_fl.steps.precision",
     "StepRunner": "lit_fl.steps.runner",
     "weighted_average": "lit_fl.steps.aggregation",
+    "load_weights": "lit_fl.steps.aggregation",
 }
 
 __all__ = [
@@ -42,11 +43,12 @@ __all__ = [
     "SGDConfig",
     "ServerCodistillation",
     "StepRunner",
+    "load_weights",
     "weighted_average",
 ]
 
 if TYPE_CHECKING:
-    from lit_fl.steps.aggregation import weighted_average
+    from lit_fl.steps.aggregation import load_weights, weighted_average
     from lit_fl.steps.aux_proximal_training import AuxProximalTraining
     from lit_fl.steps.batched_local_training import BatchedLocalTraining
     from lit_fl.steps.deep_mutual_learning import DeepMutualLearning

@@ -1,12 +1,14 @@
 """``BatchedClientStep``: the client steps of G clients, each on its own batches, as one fused step.
 
 A client step trains one or more models (its *slots*: local training has one, deep mutual learning two). G steps
-of one kind whose slots have equal architectures run as one step: slot ``s`` of every client becomes one
-:class:`~lit_fl.steps.fusion.FusedModels` fed per-model inputs, every client's loss is computed from its own
-logits and its own samples, and one SGD (a parameter group per slot, with that slot's settings) trains every
-stack. A client's loss depends on its own weights and its own samples alone, so one backward pass gives every
-model exactly its own gradient, and SGD, momentum and weight decay act per element: every model's update is the one
-its client's step makes alone, within float32 rounding.
+of one kind with the same losses and SGD settings run as one step: in slot ``s`` the clients' models of each
+architecture become one :class:`~lit_fl.steps.fusion.FusedModels` fed per-model inputs (a :class:`FusedSlot`), every
+client's loss is computed from its own logits and its own samples, and one SGD (a parameter group per slot, with
+that slot's settings) trains every stack. Clients of several architectures share one step: per batch each
+architecture's models run once, and the loss and the optimizer run once for all. A client's loss depends on its
+own weights and its own samples alone, so one backward pass gives every model exactly its own gradient, and SGD,
+momentum and weight decay act per element: every model's update is the one its client's step makes alone, within
+float32 rounding.
 
 Batches are :class:`~lit_fl.data.batches.StackedBatches` ``(x, y, weight)``: step ``t`` is every client's ``t``-th
 batch, padded, with ``weight`` the per-sample weights (``1/b_g`` on client g's ``b_g`` samples, 0 on padding).
@@ -36,6 +38,64 @@ def per_sample(model: nn.Module) -> bool:
                    for m in model.modules())
 
 
+class FusedSlot(nn.Module):
+    """Slot ``s`` of G clients: their models grouped by architecture (:func:`~lit_fl.steps.fusion.signature`, in
+    first-appearance order), each group one :class:`~lit_fl.steps.fusion.FusedModels`. :meth:`forward` gives the
+    logits of all G in client order; a group whose clients have all finished is not computed (its rows are
+    zeros)."""
+
+    def __init__(self, models: Sequence[nn.Module], num_batches: Sequence[int]) -> None:
+        super().__init__()
+        from lit_fl.steps.fusion import signature
+
+        members: dict[tuple, list[int]] = {}
+        for g, model in enumerate(models):
+            members.setdefault(signature(model), []).append(g)
+        self.members = list(members.values())
+        self.groups = nn.ModuleList([FusedModels([models[g] for g in rows]) for rows in self.members])
+        #: the last step (exclusive) at which a group has a client that trains
+        self.until = [max(num_batches[g] for g in rows) for rows in self.members]
+        order = [g for rows in self.members for g in rows]
+        self.identity = order == list(range(len(order)))
+        for i, rows in enumerate(self.members):
+            self.register_buffer(f"rows_{i}", torch.tensor(rows), persistent=False)
+        self.register_buffer("inverse", torch.argsort(torch.tensor(order)), persistent=False)
+        self.__dict__["_width"] = None
+
+    def rows(self, i: int) -> Tensor:
+        return getattr(self, f"rows_{i}")
+
+    def forward(self, x: Tensor, step: int) -> Tensor:
+        """The G models' logits ``[G, B, C]``, each on its own inputs ``x[g]``, at ``step`` of the phase."""
+        if len(self.groups) == 1:
+            return self.groups[0](x, per_model=True)
+        parts = []
+        for i, group in enumerate(self.groups):
+            if step < self.until[i]:
+                parts.append(group(x.index_select(0, self.rows(i)), per_model=True))
+                self.__dict__["_width"] = parts[-1].shape[-1]
+            else:
+                parts.append(None)
+        width = self.__dict__["_width"]
+        filled = [p if p is not None else x.new_zeros((len(rows), x.shape[1], width))
+                  for p, rows in zip(parts, self.members)]
+        logits = torch.cat(filled)
+        return logits if self.identity else logits.index_select(0, self.inverse)
+
+    def per_client(self, values: Sequence[Tensor]) -> Tensor:
+        """``[G]`` in client order from one ``[k]`` tensor per group."""
+        out = values[0] if len(values) == 1 else torch.cat(list(values))
+        return out if self.identity else out.index_select(0, self.inverse)
+
+    def write_back(self, rows: Sequence[int]) -> None:
+        """Copy the trained weights of the clients ``rows`` into their modules."""
+        chosen = set(rows)
+        for members, group in zip(self.members, self.groups):
+            local = [i for i, g in enumerate(members) if g in chosen]
+            if local:
+                group.write_back(local)
+
+
 class BatchedClientStep(L.LightningModule):
     """G client steps of one kind as one step. Subclasses define :meth:`client_losses`.
 
@@ -54,7 +114,7 @@ class BatchedClientStep(L.LightningModule):
         num_batches: Sequence[int],
     ) -> None:
         super().__init__()
-        self.slots = nn.ModuleList([FusedModels(models) for models in slots])
+        self.slots = nn.ModuleList([FusedSlot(models, num_batches) for models in slots])
         self.slot_trainable = [bool(t) for t in trainable]
         self.slot_optimizers = list(optimizers)
         self.num_batches_of = list(num_batches)
@@ -63,6 +123,7 @@ class BatchedClientStep(L.LightningModule):
         self.register_buffer("active", steps < torch.tensor(self.num_batches_of), persistent=False)
         self.loss_sums = torch.zeros(len(self.num_batches_of))
         self._written: list[int] = []
+        self._step = 0
 
     @property
     def size(self) -> int:
@@ -77,19 +138,20 @@ class BatchedClientStep(L.LightningModule):
     def slot_logits(self, s: int, x: Tensor) -> Tensor:
         """Slot ``s``'s logits ``[G, B, C]``, each model on its own inputs; a fixed teacher in eval mode without
         gradient (its weights and running statistics stay bit-identical)."""
-        group = self.slots[s]
+        slot = self.slots[s]
         if self.slot_trainable[s]:
-            return group(x, per_model=True)
-        was_training = group.training
-        group.eval()
+            return slot(x, self._step)
+        was_training = slot.training
+        slot.eval()
         try:
             with torch.no_grad():
-                return group(x, per_model=True)
+                return slot(x, self._step)
         finally:
-            group.train(was_training)
+            slot.train(was_training)
 
     def training_step(self, batch: tuple[Tensor, Tensor, Tensor], batch_idx: int) -> Tensor:
         x, y, weight = batch
+        self._step = batch_idx
         self._write_back_finished(batch_idx)
         losses = torch.where(self.active[batch_idx], self.client_losses(x, y, weight), 0.0)
         self.loss_sums = self.loss_sums.to(losses.device) + losses.detach()
@@ -102,9 +164,9 @@ class BatchedClientStep(L.LightningModule):
             self._write_back(done)
 
     def _write_back(self, rows: list[int]) -> None:
-        for group, trainable in zip(self.slots, self.slot_trainable):
+        for slot, trainable in zip(self.slots, self.slot_trainable):
             if trainable:
-                group.write_back(rows)
+                slot.write_back(rows)
         self._written += rows
 
     @contextmanager
@@ -126,8 +188,8 @@ class BatchedClientStep(L.LightningModule):
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         """One SGD, a parameter group per trainable slot with that slot's settings."""
-        groups = [{"params": list(group.parameters()), "lr": config.lr, "momentum": config.momentum,
+        groups = [{"params": list(slot.parameters()), "lr": config.lr, "momentum": config.momentum,
                    "weight_decay": config.weight_decay}
-                  for group, trainable, config in zip(self.slots, self.slot_trainable, self.slot_optimizers)
+                  for slot, trainable, config in zip(self.slots, self.slot_trainable, self.slot_optimizers)
                   if trainable]
         return torch.optim.SGD(groups, lr=groups[0]["lr"], foreach=True)

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 
 from lit_fl.choices import SupervisedLoss
 from lit_fl.losses import at_least_float32, batched_supervised_losses
-from lit_fl.steps.batched import BatchedClientStep, per_sample
+from lit_fl.steps.batched import BatchedClientStep, FusedSlot, per_sample
 from lit_fl.steps.optim import SGDConfig
 
 __all__ = ["BatchedAuxProximalTraining", "BatchedLocalTraining", "per_sample"]
@@ -35,14 +35,16 @@ class BatchedLocalTraining(BatchedClientStep):
                              persistent=False)
         self.loss_name: SupervisedLoss = loss
         self.prox_mu = prox_mu
-        self.start_weights = [p.detach().clone() for p in self.group.params] if prox_mu > 0 else []
+        self.start_weights = [[p.detach().clone() for p in group.params] for group in self.slot.groups
+                              ] if prox_mu > 0 else []
 
     @property
-    def group(self):  # noqa: ANN201 - the one slot's FusedModels
+    def slot(self) -> FusedSlot:
+        """The one slot: every client's model."""
         return self.slots[0]
 
     def client_losses(self, x: Tensor, y: Tensor, weight: Tensor) -> Tensor:
-        losses = batched_supervised_losses(self.group(x, per_model=True), y, weight, self.class_proportions,
+        losses = batched_supervised_losses(self.slot_logits(0, x), y, weight, self.class_proportions,
                                            self.loss_name)
         if self.prox_mu > 0:
             losses = losses + 0.5 * self.prox_mu * self._proximal()
@@ -50,7 +52,8 @@ class BatchedLocalTraining(BatchedClientStep):
 
     def _proximal(self) -> Tensor:
         """``||W_g - W_g_start||^2`` of every model, ``[G]``."""
-        return sum(((p - p0) ** 2).flatten(1).sum(1) for p, p0 in zip(self.group.params, self.start_weights))
+        return self.slot.per_client([sum(((p - p0) ** 2).flatten(1).sum(1) for p, p0 in zip(group.params, start))
+                                     for group, start in zip(self.slot.groups, self.start_weights)])
 
 
 class BatchedAuxProximalTraining(BatchedLocalTraining):
@@ -72,8 +75,9 @@ class BatchedAuxProximalTraining(BatchedLocalTraining):
     ) -> None:
         super().__init__(models, class_proportions, num_batches, loss, optimizer)
         self.register_buffer("x_unit", at_least_float32(x_unit.detach()), persistent=False)
-        self.register_buffer("targets", torch.stack([at_least_float32(t.detach()).flatten() for t in targets]),
-                             persistent=False)
+        for i, rows in enumerate(self.slot.members):  # per architecture: its clients' targets
+            self.register_buffer(f"targets_{i}", torch.stack([at_least_float32(targets[g].detach()).flatten()
+                                                              for g in rows]), persistent=False)
         self.mu = float(mu)
         self.features = features
 
@@ -85,5 +89,8 @@ class BatchedAuxProximalTraining(BatchedLocalTraining):
 
     def aux_penalties(self) -> Tensor:
         """``mu * ||g_m(X_unit) - target_m||^2`` of every client ``[G]``, with gradients w.r.t. its weights."""
-        aux = at_least_float32(self.group.apply_in_eval(self.features, self.x_unit)).flatten(1)
-        return self.mu * ((aux - self.targets) ** 2).sum(1)
+        penalties = []
+        for i, group in enumerate(self.slot.groups):
+            aux = at_least_float32(group.apply_in_eval(self.features, self.x_unit)).flatten(1)
+            penalties.append(((aux - getattr(self, f"targets_{i}")) ** 2).sum(1))
+        return self.mu * self.slot.per_client(penalties)

@@ -98,16 +98,16 @@ class DeepMutualLearning(PeerLearningStep):
     # -- fusion (the client-work contract, :func:`lit_fl.steps.phase.run_phase`) ----------------------------
 
     def fusion_key(self) -> Hashable | None:
-        """Steps with equal keys fuse (:meth:`batched`): the same pair of architectures, losses and SGD settings
-        (FedORION's clients with the same local architecture, FML's with the same model and meme, Def-KT's pairs
-        of the same architectures). None where a learner has BatchNorm or draws random numbers."""
-        from lit_fl.steps.fusion import fusible, signature
+        """Steps with equal keys fuse (:meth:`batched`): the same losses and SGD settings, any architectures
+        (FedORION's clients and their copies of the global model, FML's models and memes, Def-KT's pairs). None
+        where a learner has BatchNorm or draws random numbers."""
+        from lit_fl.steps.fusion import fusible
 
         if not all(per_sample(m) and fusible(m) for m, t in zip(self.models, self.trainable) if t):
             return None
         optimizers = tuple(None if o is None else astuple(o) for o in self.model_optimizers)
-        return (type(self), tuple(signature(m) for m in self.models), tuple(self.trainable), self.loss_name,
-                tuple(self.loss_weights), self.temperature, astuple(self.optimizer_config), optimizers)
+        return (type(self), tuple(self.trainable), self.loss_name, tuple(self.loss_weights), self.temperature,
+                astuple(self.optimizer_config), optimizers)
 
     @classmethod
     def batched(cls, steps: Sequence[DeepMutualLearning], num_batches: Sequence[int]) -> L.LightningModule:

@@ -67,6 +67,29 @@ def signature(model: nn.Module) -> tuple:
     )
 
 
+#: the layers :meth:`FusedModels._fused_layers` fuses by hand
+_HAND_FUSED = (nn.Conv2d, nn.ReLU, nn.MaxPool2d, nn.GroupNorm, nn.Flatten, nn.Linear)
+
+
+def sequential_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """``(name, layer)`` of a model whose forward applies its ``layers()`` in order, when every layer is one that
+    :class:`FusedModels` fuses by hand (a first convolution, then convolutions, ReLUs, max-pools, GroupNorms, one
+    Flatten and linear layers, without padding modes); ``[]`` for any other model (fused through ``vmap``)."""
+    layers = getattr(model, "layers", None)
+    if not callable(layers):
+        return []
+    names = {id(module): name for name, module in model.named_modules()}
+    chosen = [(names.get(id(layer), ""), layer) for layer in layers()]
+    if not chosen or not isinstance(chosen[0][1], nn.Conv2d) or any(not isinstance(m, _HAND_FUSED)
+                                                                     for _, m in chosen):
+        return []
+    if any(isinstance(m, nn.Conv2d) and m.padding_mode != "zeros" for _, m in chosen):
+        return []
+    if sum(isinstance(m, nn.Flatten) for _, m in chosen) != 1:
+        return []
+    return chosen
+
+
 def fusion_groups(models: Sequence[nn.Module], candidates: Sequence[bool]) -> list[list[int]]:
     """Indices of the models to fuse, by signature (in first-appearance order); only groups of two or more and
     only ``candidates`` that :func:`fusible` accepts."""
@@ -96,10 +119,10 @@ class FusedModels(nn.Module):
                 self.register_buffer(f"buffer_{i}", torch.stack([b[key] for _, b in states]), persistent=False)
         self.__dict__["targets"] = list(models)  # the clients' modules: not submodules of the step
         self.__dict__["template"] = copy.deepcopy(models[0]).to("meta")
-        from lit_fl.models.cnn import CNN
-
-        #: the CNN family is hand-fused (fewer kernels than vmap's batching rules); others go through vmap
-        self.cnn_layers = len(models[0].channels) if all(type(m) is CNN for m in models) else 0
+        #: models that are a plain sequence of convolutions, ReLUs, max-pools, GroupNorms and linear layers (lit-fl's
+        #: CNN family, codistillation's CNNs) are hand-fused (fewer kernels than vmap's batching rules); others go
+        #: through vmap
+        self.__dict__["layers"] = sequential_layers(self.__dict__["template"])
 
     def _buffers_list(self) -> list[Tensor]:
         return [getattr(self, f"buffer_{i}") for i in range(len(self.buffer_names))]
@@ -107,8 +130,8 @@ class FusedModels(nn.Module):
     def forward(self, x: Tensor, per_model: bool = False) -> Tensor:
         """The G models' logits ``[G, B, C]``: all on the same ``x`` ``[B, ...]``, or with ``per_model`` each on
         its own batch, ``x`` of shape ``[G, B, ...]`` (batched local training, evaluation of validation splits)."""
-        if self.cnn_layers:
-            return self._fused_cnn(x, per_model)
+        if self.__dict__["layers"]:
+            return self._fused_layers(x, per_model)
         from torch.func import functional_call, vmap
 
         template: nn.Module = self.__dict__["template"]
@@ -135,31 +158,43 @@ class FusedModels(nn.Module):
 
         return vmap(one, in_dims=(0, 0), randomness="error")(params, buffers)
 
-    def _fused_cnn(self, x: Tensor, per_model: bool) -> Tensor:
-        """G :class:`~lit_fl.models.cnn.CNN` of one architecture: ``[G, B, classes]``. On a shared ``x`` the first
-        convolution runs the G models' filters side by side over it; on per-model inputs ``[G, B, C, H, W]`` the
-        G inputs are stacked along channels and every convolution is grouped."""
+    def _fused_layers(self, x: Tensor, per_model: bool) -> Tensor:
+        """G models whose forward is their :func:`sequential_layers` in order: ``[G, B, classes]``. Convolutions
+        run on the G models' channels side by side: over a shared ``x`` the first one runs the G models' filters
+        together, on per-model inputs ``[G, B, C, H, W]`` (stacked along channels) and after the first every one is
+        grouped (``groups=G``); ``GroupNorm(k, C)`` of G models is one ``GroupNorm(G*k, G*C)``; ``Flatten`` turns
+        the channels back into models, and every linear layer is one batched matmul."""
         import torch.nn.functional as F
 
         p = dict(zip(self.param_names, self.params))
         g = len(self.params[0])
-        template = self.__dict__["template"]
         if per_model:
             batch = x.shape[1]
             h = x.transpose(0, 1).reshape(batch, -1, *x.shape[3:])  # [B, G*C, H, W]: model i's channels i*C..
         else:
             batch, h = len(x), x
-        for i in range(self.cnn_layers):
-            conv, norm = template.features[4 * i], template.features[4 * i + 3]
-            weight = p[f"features.{4 * i}.weight"]
-            h = F.conv2d(h, weight.reshape(-1, *weight.shape[2:]), p[f"features.{4 * i}.bias"].reshape(-1),
-                         padding=conv.padding, groups=1 if i == 0 and not per_model else g)
-            h = F.max_pool2d(F.relu(h), 2, ceil_mode=True)
-            h = F.group_norm(h, g, p[f"features.{4 * i + 3}.weight"].reshape(-1),
-                             p[f"features.{4 * i + 3}.bias"].reshape(-1), norm.eps)
-        features = h.reshape(batch, g, -1).transpose(0, 1)  # [G, B, C*H*W]: each model's flattened map
-        weight, bias = p["classifier.weight"], p["classifier.bias"]
-        return torch.baddbmm(bias.unsqueeze(1), features, weight.transpose(1, 2))
+        grouped = per_model
+        for name, layer in self.__dict__["layers"]:
+            if isinstance(layer, nn.Conv2d):
+                weight = p[f"{name}.weight"]
+                bias = p[f"{name}.bias"].reshape(-1) if layer.bias is not None else None
+                h = F.conv2d(h, weight.reshape(-1, *weight.shape[2:]), bias, layer.stride, layer.padding,
+                             layer.dilation, g if grouped else 1)
+                grouped = True
+            elif isinstance(layer, nn.ReLU):
+                h = F.relu(h)
+            elif isinstance(layer, nn.MaxPool2d):
+                h = F.max_pool2d(h, layer.kernel_size, layer.stride, layer.padding, layer.dilation,
+                                 ceil_mode=layer.ceil_mode)
+            elif isinstance(layer, nn.GroupNorm):
+                h = F.group_norm(h, g * layer.num_groups, p[f"{name}.weight"].reshape(-1),
+                                 p[f"{name}.bias"].reshape(-1), layer.eps)
+            elif isinstance(layer, nn.Flatten):
+                h = h.reshape(batch, g, -1).transpose(0, 1)  # [G, B, C*H*W]: each model's flattened map
+            else:  # nn.Linear on [G, B, F]
+                weight, bias = p[f"{name}.weight"], p[f"{name}.bias"]
+                h = torch.baddbmm(bias.unsqueeze(1), h, weight.transpose(1, 2))
+        return h
 
     @torch.no_grad()
     def write_back(self, rows: Sequence[int] | None = None) -> None:

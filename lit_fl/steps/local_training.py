@@ -60,15 +60,15 @@ class LocalTraining(L.LightningModule):
     # -- fusion (the client-work contract, :func:`lit_fl.steps.phase.run_phase`) ----------------------------
 
     def fusion_key(self) -> Hashable | None:
-        """Steps of the same kind with equal keys fuse into one :meth:`batched` step: same architecture, loss and
-        optimizer settings (None: this step never fuses, e.g. a BatchNorm model, whose batch statistics padding
-        would change)."""
+        """Steps of the same kind with equal keys fuse into one :meth:`batched` step: same loss and optimizer settings,
+        any architectures (each architecture's models run as one fused module). None: this step never fuses, e.g. a
+        BatchNorm model, whose batch statistics padding would change, or a model drawing random numbers."""
         from lit_fl.steps.batched import per_sample
-        from lit_fl.steps.fusion import fusible, signature
+        from lit_fl.steps.fusion import fusible
 
         if not (per_sample(self.model) and fusible(self.model)):
             return None
-        return (type(self), signature(self.model), self.loss_name, astuple(self.optimizer_config), self.prox_mu)
+        return (type(self), self.loss_name, astuple(self.optimizer_config), self.prox_mu)
 
     @classmethod
     def batched(cls, steps: Sequence[LocalTraining], num_batches: Sequence[int]) -> L.LightningModule:

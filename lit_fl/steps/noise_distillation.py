@@ -161,15 +161,41 @@ class NoiseDistillation(L.LightningModule):
         self.optimizer_config = optimizer or SGDConfig(lr=0.001, momentum=0.9, weight_decay=0.0)
         self.loss_sum = torch.zeros(())
         self.num_batches = 0
+        #: inside :meth:`fused`: ``(teachers, FusedModels)`` of the teachers of one architecture
+        self._teacher_groups: list[tuple[list[int], nn.Module]] = []
+
+    @contextmanager
+    def fused(self) -> Iterator[None]:
+        """Within the block the teachers of one architecture without BatchNorm (whose teacher mode is plain eval
+        mode) run as one fused module on the shared noise batch (:mod:`lit_fl.steps.fusion`); the others, and the
+        student, run alone. Teachers are never written back: they do not change."""
+        from lit_fl.steps.batched import per_sample
+        from lit_fl.steps.fusion import FusedModels, fusion_groups, native_cpu_convolutions
+
+        groups = fusion_groups(list(self.teachers), [per_sample(t) for t in self.teachers])
+        if not groups:
+            yield
+            return
+        self._teacher_groups = [(g, FusedModels([self.teachers[n] for n in g]).eval()) for g in groups]
+        try:
+            with native_cpu_convolutions(self.weight_matrix.device):
+                yield
+        finally:
+            self._teacher_groups = []
 
     def teacher_logits(self, z: Tensor) -> list[Tensor]:
         """Every teacher's logits on ``z`` (no gradient, BatchNorm per ``bn_stats``)."""
-        out = []
+        out: list[Tensor | None] = [None] * len(self.teachers)
         with torch.no_grad():
-            for teacher in self.teachers:
-                with teacher_mode(teacher, self.bn_stats):
-                    out.append(teacher(z))
-        return out
+            for members, group in self._teacher_groups:
+                stacked = group(z)
+                for i, n in enumerate(members):
+                    out[n] = stacked[i]
+            for n, teacher in enumerate(self.teachers):
+                if out[n] is None:
+                    with teacher_mode(teacher, self.bn_stats):
+                        out[n] = teacher(z)
+        return out  # type: ignore[return-value]
 
     def student_logits(self, z: Tensor) -> Tensor:
         if self.student_running_stats == "keep":
