@@ -206,7 +206,7 @@ def test_classifier_split(arch, prefix):
 
 
 def test_classifier_prefix_unknown_model():
-    with pytest.raises(ValueError, match="CLASSIFIER_PREFIXES"):
+    with pytest.raises(ValueError, match="register_classifier"):
         classifier_prefix(nn.Sequential(nn.Linear(2, 2)))
 
 

@@ -192,7 +192,7 @@ def test_the_registry_names_exactly_the_datasets_its_modules_register() -> None:
 
     for module in set(registry.BUILTIN.values()):
         importlib.import_module(module)
-    assert set(registry.BUILTIN) <= set(registry._DATASETS)  # (tests may register more)
+    assert set(registry.BUILTIN) <= set(registry.DATASETS._entries)  # (tests may register more)
     assert set(SPECS) <= set(registry.BUILTIN)
 
 
@@ -203,9 +203,9 @@ def test_a_missing_benchmark_is_refused_by_the_config_checks_unless_a_loader_is_
     from lit_fl.data import registry
     from lit_fl.validation import check_dataset_files
 
-    monkeypatch.delitem(registry._DATASETS, "mnist", raising=False)  # as in a fresh `lit-fl fit` process
+    monkeypatch.delitem(registry.DATASETS._entries, "mnist", raising=False)  # as in a fresh `lit-fl fit` process
     with pytest.raises(DatasetNotFoundError, match="MNIST not found under"):
         check_dataset_files(DataConfig(dataset="mnist", root=str(tmp_path)))
     check_dataset_files(DataConfig(dataset="mnist", root=str(tmp_path), download=True))  # fetched when it loads
-    monkeypatch.setitem(registry._DATASETS, "mnist", lambda **kwargs: None)  # a user's own loader: theirs to check
+    monkeypatch.setitem(registry.DATASETS._entries, "mnist", lambda **kwargs: None)  # a user's own loader: theirs to check
     check_dataset_files(DataConfig(dataset="mnist", root=str(tmp_path)))

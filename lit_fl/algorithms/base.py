@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lit_fl import steps
 from lit_fl.choices import SupervisedLoss
 from lit_fl.errors import ConfigError
+from lit_fl.federation.round import RoundResult
 from lit_fl.lazy import eager_init_annotations
 from lit_fl.steps.optim import SGDConfig
 
@@ -26,20 +26,12 @@ if TYPE_CHECKING:
     from lit_fl.steps.runner import StepRunner
 
 
-@dataclass
-class RoundResult:
-    """What happened in a round, for logs: who took part, the alpha used, the mean training loss."""
-
-    aggregator: int | None = None
-    senders: tuple[int, ...] = ()
-    alpha: float = float("nan")
-    train_loss: float = float("nan")
-    num_participants: int | None = None  # default: senders + aggregator
-    extra: dict[str, float] = field(default_factory=dict)
+__all__ = ["Algorithm", "RoundResult", "nanmean", "phase_losses"]
 
 
 class Algorithm(ABC):
-    """One federated method. It decides who trains, who sends what to whom and which step runs.
+    """One federated method (the round contract, :class:`~lit_fl.federation.round.RoundAlgorithm`). It decides who
+    trains, who sends what to whom and which step runs.
 
     An algorithm never builds a Trainer: it hands steps to the :class:`StepRunner` and moves weights in the
     :class:`Federation`, recording every transfer in the :class:`CommunicationLedger`.

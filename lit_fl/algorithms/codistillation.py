@@ -47,6 +47,7 @@ import numpy as np
 from lit_fl import steps
 from lit_fl.algorithms.base import Algorithm, RoundResult, nanmean, phase_losses
 from lit_fl.algorithms.fedadam import FedAdam
+from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.choices import SupervisedLoss
 from lit_fl.errors import ConfigError
 from lit_fl.models import create_model
@@ -354,6 +355,7 @@ class Codistillation(Algorithm):
             opt.load_state_dict(state["fedadam"][pool])
 
 
+@register_algorithm
 class PeriodicCodist(Codistillation):
     """PeriodicCodist (paper Algorithm 1): FedAvg/FedAdam on both pools every round; after every ``period``-th
     round, ``distill_steps`` of codistillation both ways from snapshots, the students replace the server
@@ -389,6 +391,7 @@ class PeriodicCodist(Codistillation):
         return {"distilled": 1.0, "distill_loss": loss}
 
 
+@register_algorithm
 class MergedCodist(Codistillation):
     """MergedCodist (paper Algorithm 2): every round, codistillation from the round's starting server models
     gives ``delta = W_start - W_student`` per model; FedAdam gets

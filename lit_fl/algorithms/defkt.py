@@ -16,6 +16,7 @@ import numpy as np
 from lit_fl import steps
 from lit_fl.algorithms.base import RoundResult, nanmean, phase_losses
 from lit_fl.algorithms.decentralized import DecentralizedAlgorithm
+from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.choices import SupervisedLoss
 from lit_fl.errors import ConfigError
 from lit_fl.federation.selection import num_senders
@@ -142,6 +143,7 @@ class PairwiseExchange(DecentralizedAlgorithm):
         receiver's training (if any) is returned as its work in the round's fusion phase."""
 
 
+@register_algorithm
 class DefKT(PairwiseExchange):
     """Def-KT (Algorithm 1): the receiver runs ``fusion_epochs`` (E) epochs of deep mutual learning (Eq. 2-8,
     :class:`DeepMutualLearning`) between a copy of the received model ``w~`` and its own model ``w`` on its

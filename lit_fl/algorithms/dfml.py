@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from lit_fl import steps
 from lit_fl.algorithms.base import RoundResult
 from lit_fl.algorithms.decentralized import DecentralizedAlgorithm
+from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.choices import SupervisedLoss
 from lit_fl.errors import ConfigError
 from lit_fl.federation.alpha import AlphaSchedule
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     from lit_fl.steps.runner import StepRunner
 
 
+@register_algorithm
 class DFML(DecentralizedAlgorithm):
     """Each round: every participant trains locally (WSM, own beta); senders send their models to the
     aggregator; the aggregator runs ``mutual_epochs`` (K) epochs of multi-student mutual learning on its

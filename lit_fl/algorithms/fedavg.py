@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from lit_fl import steps
 from lit_fl.algorithms.base import RoundResult
 from lit_fl.algorithms.decentralized import DecentralizedAlgorithm
+from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.choices import SupervisedLoss
 
 if TYPE_CHECKING:
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
     from lit_fl.steps.runner import StepRunner
 
 
+@register_algorithm
 class DecentralizedFedAvg(DecentralizedAlgorithm):
     """Participants train locally; at the aggregator, models of the same architecture are averaged weighted
     by train-set size (Eq. 5) and every participant receives its cluster's average. Clients of an

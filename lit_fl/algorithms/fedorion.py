@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from lit_fl import steps
 from lit_fl.algorithms.base import Algorithm, RoundResult, nanmean, phase_losses
+from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.choices import BN_STATS, STUDENT_RUNNING_STATS, BNStats, StudentRunningStats, SupervisedLoss
 from lit_fl.errors import ConfigError
 from lit_fl.models import create_model, num_parameters
@@ -57,6 +58,7 @@ GLOBAL = "global"
 GLOBAL_ARCH = "global_arch"
 
 
+@register_algorithm
 class FedORION(Algorithm):
     """Clients initialise their models independently (``paper_same_init = False``): "We randomly initialize the
     clients' models" (FedORION sec. 4.1).

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from lit_fl import steps
 from lit_fl.algorithms.base import RoundResult, phase_losses
 from lit_fl.algorithms.local import Local
+from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.algorithms.unit_representation import ModelSplit
 from lit_fl.errors import ConfigError
 
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     State = dict[str, Tensor]
 
 
+@register_algorithm
 class FedPer(Local):
     """Decentralized FedPer: average ``g`` over self + ``N_com`` peers (data-size weighted), keep own ``h``.
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from lit_fl.algorithms.fedavg import DecentralizedFedAvg
+from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.errors import ConfigError
 
 
+@register_algorithm
 class DecentralizedFedProx(DecentralizedFedAvg):
     """Decentralized FedAvg whose local training adds the proximal term ``mu/2 ||W~_n - W_n||^2``
     (A.3.2, Algorithm 2), with ``W~_n`` the client's own model before local training: in a decentralized

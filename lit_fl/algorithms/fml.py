@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from lit_fl import steps
 from lit_fl.algorithms.base import RoundResult, nanmean, phase_losses
 from lit_fl.algorithms.decentralized import DecentralizedAlgorithm
+from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.choices import SupervisedLoss
 from lit_fl.errors import ConfigError
 from lit_fl.models import create_model, num_parameters
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 MEME = "meme"
 
 
+@register_algorithm
 class DecentralizedFML(DecentralizedAlgorithm):
     """Decentralized FML (DFML paper baseline, Shen et al. 2020): each participant trains its local model and a
     homogeneous meme model by deep mutual learning; the memes are averaged at the aggregator.

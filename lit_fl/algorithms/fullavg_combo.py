@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from lit_fl import steps
 from lit_fl.algorithms.defkt import PairwiseExchange
+from lit_fl.algorithms.registry import register_algorithm
 
 if TYPE_CHECKING:
     import torch
@@ -26,6 +27,7 @@ def pair_weights(sender: Client, receiver: Client) -> tuple[float, float]:
     return float(sender.num_train), float(receiver.num_train)
 
 
+@register_algorithm
 class FullAvg(PairwiseExchange):
     """FullAvg (Algorithm 2): the receiver replaces its model by the sample-weighted average of the received
     model and its own, ``w_r <- N_s / (N_s + N_r) w~_s + N_r / (N_s + N_r) w_r`` (Eq. 9); senders keep their
@@ -82,6 +84,7 @@ def wire_dtype(state: dict[str, Tensor], keys: list[str]) -> torch.dtype:
     return reduce(torch.promote_types, [state[k].dtype for k in keys])
 
 
+@register_algorithm
 class Combo(PairwiseExchange):
     """Combo (Algorithm 3) with two segments: the first and second half of the flattened model
     (:func:`segment_keys`, :func:`split_point`).

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from lit_fl import steps
 from lit_fl.algorithms.base import Algorithm, RoundResult, nanmean, phase_losses
+from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.choices import SupervisedLoss
 from lit_fl.errors import ConfigError
 from lit_fl.steps.optim import SGDConfig
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from lit_fl.steps.runner import StepRunner
 
 
+@register_algorithm
 class Local(Algorithm):
     """Each client trains alone; no model ever leaves a client (``comm_mb`` stays 0).
 

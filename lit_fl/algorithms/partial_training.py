@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from lit_fl.algorithms.fedavg import DecentralizedFedAvg
+from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.errors import ConfigError
 from lit_fl.models import POOLS
 
@@ -91,6 +92,7 @@ class PartialTraining(DecentralizedFedAvg):
         return new_global
 
 
+@register_algorithm
 class HeteroFL(PartialTraining):
     """Decentralized HeteroFL (Eq. 8): every sub-model takes the first ``n`` indices of each scaled dimension."""
 
@@ -102,6 +104,7 @@ class HeteroFL(PartialTraining):
         return heterofl_indices
 
 
+@register_algorithm
 class FedRolex(PartialTraining):
     """Decentralized FedRolex (Eq. 9): the window of each scaled dimension starts at ``(round - 1) mod J`` and
     wraps around ``J`` (round 1 equals HeteroFL, as the paper describes); ``J`` is the size in this round's
@@ -115,6 +118,7 @@ class FedRolex(PartialTraining):
         return fedrolex_rule(round_ - 1)
 
 
+@register_algorithm
 class FederatedDropout(PartialTraining):
     """Decentralized Federated Dropout (Eq. 7): every participant gets its OWN random index set (DFML A.3.3:
     the sub-models are "randomly selected" per model). Per participant, in participant order, one random

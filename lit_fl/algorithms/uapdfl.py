@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from lit_fl import steps
 from lit_fl.algorithms.base import RoundResult, phase_losses
 from lit_fl.algorithms.fedper import FedPer, snapshot_states
+from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.algorithms.unit_representation import pair_divergences, unit_input, unit_representations
 from lit_fl.errors import ConfigError
 from lit_fl.steps.optim import SGDConfig
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
     from lit_fl.steps.runner import StepRunner
 
 
+@register_algorithm
 class UAPDFL(FedPer):
     """UA-PDFL. Homogeneous models only (averaging ``g``/``h`` needs one architecture; a clear error otherwise).
 

@@ -19,14 +19,18 @@ from typing import Any
 from jsonargparse import ActionConfigFile, ArgumentParser, Namespace
 
 from lit_fl import stop_signals
-from lit_fl.algorithms import __all__ as _algorithm_names
+from lit_fl.algorithms.registry import algorithm_class_paths
 from lit_fl.cli_errors import one_line
 from lit_fl.configs import resolve_config
 from lit_fl.errors import ConfigError, DatasetNotFoundError
 from lit_fl.experiment import Experiment
 
-_BASES = ("Algorithm", "DecentralizedAlgorithm", "RoundResult", "PartialTraining")
-ALGORITHMS = [f"lit_fl.algorithms.{n}" for n in _algorithm_names if n not in _BASES]
+
+def __getattr__(name: str) -> Any:
+    """``ALGORITHMS``: every registered algorithm's class path, as registered now."""
+    if name == "ALGORITHMS":
+        return algorithm_class_paths()
+    raise AttributeError(name)
 
 
 def fit_parser() -> ArgumentParser:
@@ -123,7 +127,7 @@ def _what_stays(experiment: Experiment) -> str:
 
 
 def _bad_input(err: BaseException) -> int:
-    print(f"lit-fl: error: {one_line(err, config_keys(), ALGORITHMS)}", file=sys.stderr)
+    print(f"lit-fl: error: {one_line(err, config_keys(), algorithm_class_paths())}", file=sys.stderr)
     return EXIT_BAD_INPUT
 
 

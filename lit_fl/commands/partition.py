@@ -27,8 +27,9 @@ def main(argv: Sequence[str]) -> int:
         print(__doc__.replace("``", "").strip())
         print("\nOptions: --out DIR (default ./partition) and every key of lit-fl fit (lit-fl fit --help).")
         return 0
+    from lit_fl.algorithms.registry import algorithm_class_paths
     from lit_fl.cli_errors import one_line
-    from lit_fl.commands.fit import ALGORITHMS, config_keys, fit_parser, prepare, resolve_config_files, with_run_config
+    from lit_fl.commands.fit import config_keys, fit_parser, prepare, resolve_config_files, with_run_config
     from lit_fl.validation import check_output_folder
 
     parser = fit_parser()
@@ -38,7 +39,7 @@ def main(argv: Sequence[str]) -> int:
         experiment, _, _ = prepare(cfg, parser)  # every check of lit-fl fit: what fit refuses, partition refuses
         return partition(experiment.data, experiment.seed, out)
     except (ArgumentError, ValueError, TypeError) as err:
-        print(f"lit-fl: error: {one_line(err, config_keys(), ALGORITHMS)}", file=sys.stderr)
+        print(f"lit-fl: error: {one_line(err, config_keys(), algorithm_class_paths())}", file=sys.stderr)
         return 2
 
 

@@ -13,12 +13,14 @@ from typing import TYPE_CHECKING
 
 from lit_fl.data.torchvision_specs import SPECS
 from lit_fl.errors import ConfigError
+from lit_fl.registry import Registry
 
 if TYPE_CHECKING:
     from lit_fl.data.dataset import ImageDataset
 
 DatasetLoader = Callable[..., "ImageDataset"]
-_DATASETS: dict[str, DatasetLoader] = {}
+#: dataset name -> ``loader(root, download, seed, **options)``
+DATASETS: Registry[DatasetLoader] = Registry("dataset")
 
 #: built-in dataset name -> the module that registers its loader
 BUILTIN: dict[str, str] = {
@@ -30,23 +32,19 @@ BUILTIN: dict[str, str] = {
 
 
 def register_dataset(name: str) -> Callable[[DatasetLoader], DatasetLoader]:
-    """Register ``fn(root, download, seed, **options) -> ImageDataset`` under ``name``."""
-
-    def wrap(fn: DatasetLoader) -> DatasetLoader:
-        _DATASETS[name] = fn
-        return fn
-
-    return wrap
+    """Decorator: register ``fn(root, download, seed, **options) -> ImageDataset`` under ``name`` (a taken name is
+    refused, naming both loaders)."""
+    return DATASETS.register(name)
 
 
 def is_registered(name: str) -> bool:
     """Whether a loader for ``name`` is registered already: a user's own, or a built-in whose module was imported."""
-    return name in _DATASETS
+    return name in DATASETS
 
 
 def list_datasets() -> list[str]:
     """Every built-in and registered dataset name, sorted."""
-    return sorted({*BUILTIN, *_DATASETS})
+    return sorted({*BUILTIN, *DATASETS})
 
 
 def load_dataset(
@@ -55,10 +53,10 @@ def load_dataset(
     """Build the dataset ``name``; ``options`` go to its loader (e.g. ``num_classes`` for ``synthetic``)."""
     from lit_fl.user_code import is_user_spec, load_object
 
-    if is_user_spec(name) and name not in _DATASETS:  # module:loader of the user's own
+    if is_user_spec(name) and name not in DATASETS:  # module:loader of the user's own
         return load_object(name, "data.dataset")(root=Path(root), download=download, seed=seed, **options)
-    if name not in _DATASETS and name in BUILTIN:
+    if name not in DATASETS and name in BUILTIN:
         importlib.import_module(BUILTIN[name])  # registers the loader
-    if name not in _DATASETS:
+    if name not in DATASETS:
         raise ConfigError(f"data.dataset: unknown dataset {name!r}; allowed: {', '.join(list_datasets())}")
-    return _DATASETS[name](root=Path(root), download=download, seed=seed, **options)
+    return DATASETS[name](root=Path(root), download=download, seed=seed, **options)

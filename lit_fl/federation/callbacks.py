@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from lit_fl.algorithms.base import Algorithm
     from lit_fl.federation.ledger import CommunicationLedger
+    from lit_fl.federation.round import RoundAlgorithm
     from lit_fl.federation.state import Federation
     from lit_fl.tracking import MetricsCSV, RoundProgress, WandbTracker
 
@@ -66,7 +66,7 @@ class Checkpointer(RoundCallback):
         self,
         path: Path,
         federation: Federation,
-        algorithm: Algorithm,
+        algorithm: RoundAlgorithm,
         ledger: CommunicationLedger,
         extra: Callable[[], dict[str, Any]],
     ) -> None:

@@ -20,7 +20,7 @@ from lit_fl.steps.runner import StepRunner
 from lit_fl.stop_signals import STOP_SIGNALS
 
 if TYPE_CHECKING:
-    from lit_fl.algorithms.base import Algorithm
+    from lit_fl.federation.round import RoundAlgorithm
 
 @dataclass
 class LoopOutcome:
@@ -44,7 +44,7 @@ class RoundLoop:
     def __init__(
         self,
         federation: Federation,
-        algorithm: Algorithm,
+        algorithm: RoundAlgorithm,
         runner: StepRunner,
         evaluator: Evaluator,
         ledger: CommunicationLedger,
@@ -102,9 +102,7 @@ class RoundLoop:
             "eval_s": time.perf_counter() - start,
             "train_loss": result.train_loss,
             "aggregator": math.nan if result.aggregator is None else result.aggregator,
-            "num_participants": result.num_participants
-            if result.num_participants is not None
-            else len(result.senders) + (result.aggregator is not None),
+            "num_participants": result.participants,
             **self.ledger.round_faults.as_metrics(),  # every method's transfers fail in the ledger
             **result.extra,
         }

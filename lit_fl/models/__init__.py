@@ -10,7 +10,7 @@ from lit_fl.lazy import lazy_exports
 
 _METADATA = ("classifier_module", "classifier_prefix", "extract_features", "split_state", "width_rate")
 _POOLS = ("POOLS", "assign_evenly", "resolve_pool")
-_REGISTRY = ("create_model", "is_known", "num_parameters", "register_model", "register_model_pattern")
+_REGISTRY = ("create_model", "is_known", "num_parameters", "register_model", "register_model_family")
 _EXPORTS: dict[str, str] = {
     **dict.fromkeys(_METADATA, "lit_fl.models.metadata"),
     **dict.fromkeys(_POOLS, "lit_fl.models.pools"),
@@ -26,7 +26,7 @@ __all__ = [
     "is_known",
     "num_parameters",
     "register_model",
-    "register_model_pattern",
+    "register_model_family",
     "resolve_pool",
     "split_state",
     "width_rate",
@@ -35,6 +35,6 @@ __all__ = [
 if TYPE_CHECKING:
     from lit_fl.models.metadata import classifier_module, classifier_prefix, extract_features, split_state, width_rate
     from lit_fl.models.pools import POOLS, assign_evenly, resolve_pool
-    from lit_fl.models.registry import create_model, is_known, num_parameters, register_model, register_model_pattern
+    from lit_fl.models.registry import create_model, is_known, num_parameters, register_model, register_model_family
 
 __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import sys
 from fractions import Fraction
 
 import torch
@@ -24,6 +25,7 @@ from lit_fl.models.registry import is_known, name_widths
 from lit_fl.models.resnet import RESNET18_WIDTHS
 from lit_fl.models.timm_models import TIMM_PREFIX
 from lit_fl.models.vit import attention_shape
+from lit_fl.registry import Registry
 
 #: Width list of the largest H1 model of each sliceable family (DFML Table 10).
 REFERENCE_WIDTHS: dict[str, tuple[int, ...]] = {
@@ -32,14 +34,24 @@ REFERENCE_WIDTHS: dict[str, tuple[int, ...]] = {
     "vit": (512, 512),
 }
 
-#: Classifier prefix by model class (``module.qualname``; subclasses inherit it). timm models: see
+#: Classifier prefix by model class (``module.qualname``; subclasses inherit it), registered with
+#: :func:`register_classifier` (a class registered twice is refused, naming both). timm models: see
 #: :func:`_timm_classifier_prefix`.
-CLASSIFIER_PREFIXES: dict[str, str] = {
-    "lit_fl.models.cnn.CNN": "classifier.",
-    "lit_fl.models.resnet.PreActResNet18": "classifier.",
-    "vit_pytorch.vit_for_small_dataset.ViT": "mlp_head.",
-    "efficientnet_pytorch.model.EfficientNet": "_fc.",
-}
+CLASSIFIER_PREFIXES: Registry[str] = Registry("classifier of model class")
+
+
+def register_classifier(class_path: str, prefix: str) -> None:
+    """Say that the final classifier of the models of class ``class_path`` (``module.qualname``, so that the class's
+    module need not be imported) is the ``state_dict`` entries under ``prefix`` (with its trailing dot)."""
+    caller = sys._getframe(1)
+    CLASSIFIER_PREFIXES.add(class_path, prefix, defined_by=f"{caller.f_code.co_filename}:{caller.f_lineno}")
+
+
+register_classifier("lit_fl.models.cnn.CNN", "classifier.")
+register_classifier("lit_fl.models.codist_cnn.CodistCNN", "classifier.")
+register_classifier("lit_fl.models.resnet.PreActResNet18", "classifier.")
+register_classifier("vit_pytorch.vit_for_small_dataset.ViT", "mlp_head.")
+register_classifier("efficientnet_pytorch.model.EfficientNet", "_fc.")
 
 
 def width_rate(arch: str) -> float | None:
@@ -72,14 +84,14 @@ def _vit_attention_scales(dim: int, rate: Fraction) -> bool:
 def classifier_prefix(model: nn.Module) -> str:
     """``state_dict`` key prefix (with the trailing dot) of the final classifier of ``model``."""
     for cls in type(model).__mro__:
-        prefix = CLASSIFIER_PREFIXES.get(f"{cls.__module__}.{cls.__qualname__}")
-        if prefix is not None:
-            return prefix
+        path = f"{cls.__module__}.{cls.__qualname__}"
+        if path in CLASSIFIER_PREFIXES:
+            return CLASSIFIER_PREFIXES[path]
     if hasattr(model, "get_classifier"):
         return _timm_classifier_prefix(model)
     raise ConfigError(
-        f"models: no classifier known for {type(model).__qualname__}; add it to "
-        "lit_fl.models.metadata.CLASSIFIER_PREFIXES"
+        f"models: no classifier known for {type(model).__qualname__}; register it with "
+        "lit_fl.models.metadata.register_classifier"
     )
 
 

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from lit_fl.errors import ConfigError
+from lit_fl.registry import Registry
 
 if TYPE_CHECKING:
     from torch import nn
@@ -26,34 +27,42 @@ EFFICIENTNET_VARIANTS: tuple[str, ...] = ("b0", "b1", "b2", "b3", "b4")
 CODIST_NAMES: tuple[str, ...] = ("codist_small", "codist_large")
 
 ModelFactory = Callable[[str, tuple[int, int, int], int], "nn.Module"]
-_EXACT: dict[str, ModelFactory] = {}
-_PATTERNS: list[tuple[re.Pattern[str], str, ModelFactory]] = []
+#: exact architecture names -> ``factory(arch, input_shape, num_classes)``
+MODELS: Registry[ModelFactory] = Registry("model")
+#: families of names (a regex) -> ``(compiled regex, example shown in errors, factory)``
+MODEL_FAMILIES: Registry[tuple[re.Pattern[str], str, ModelFactory]] = Registry("model family")
 
 
-def register_model(name: str, factory: ModelFactory) -> None:
-    """Register ``factory(arch, input_shape, num_classes)`` for the architecture ``name``."""
-    _EXACT[name] = factory
+def register_model(*names: str) -> Callable[[ModelFactory], ModelFactory]:
+    """Decorator: register ``factory(arch, input_shape, num_classes)`` for the architectures ``names``."""
+    return MODELS.register(*names)
 
 
-def register_model_pattern(pattern: str, example: str, factory: ModelFactory) -> None:
-    """Register a family of names matching the regex ``pattern`` (``example`` is shown in errors)."""
-    _PATTERNS.append((re.compile(pattern), example, factory))
+def register_model_family(pattern: str, example: str) -> Callable[[ModelFactory], ModelFactory]:
+    """Decorator: register a factory for every name matching the regex ``pattern`` (``example`` is shown in errors
+    and ``--help``)."""
+
+    def decorate(factory: ModelFactory) -> ModelFactory:
+        MODEL_FAMILIES.add(pattern, (re.compile(pattern), example, factory), defined_by=factory)
+        return factory
+
+    return decorate
 
 
 def allowed_names() -> list[str]:
     """Exact names and one example per family, for error messages and ``--help``."""
-    return sorted(_EXACT) + [example for _, example, _ in _PATTERNS]
+    return MODELS.names() + [example for _, (_, example, _) in MODEL_FAMILIES.items()]
 
 
 def is_known(arch: str) -> bool:
-    return arch in _EXACT or any(p.fullmatch(arch) for p, _, _ in _PATTERNS)
+    return arch in MODELS or any(p.fullmatch(arch) for _, (p, _, _) in MODEL_FAMILIES.items())
 
 
 def create_model(arch: str, input_shape: tuple[int, int, int], num_classes: int) -> nn.Module:
     """A freshly initialised ``arch`` for ``input_shape = (C, H, W)`` and ``num_classes`` outputs."""
-    if arch in _EXACT:
-        return _EXACT[arch](arch, input_shape, num_classes)
-    for pattern, _, factory in _PATTERNS:
+    if arch in MODELS:
+        return MODELS[arch](arch, input_shape, num_classes)
+    for _, (pattern, _, factory) in MODEL_FAMILIES.items():
         if pattern.fullmatch(arch):
             return factory(arch, input_shape, num_classes)
     from lit_fl.user_code import is_user_spec, load_object
@@ -73,18 +82,22 @@ def name_widths(arch: str) -> list[int]:
     return [int(c) for c in arch.split("_")[1:]]
 
 
+@register_model_family(r"cnn(_[1-9][0-9]*)+", "cnn_<c1>_<c2>... (e.g. cnn_32_64)")
 def _cnn_from_name(arch: str, input_shape: tuple[int, int, int], num_classes: int) -> nn.Module:
     from lit_fl.models.cnn import cnn
 
     return cnn(name_widths(arch), input_shape, num_classes)
 
 
+@register_model("resnet18")
+@register_model_family(r"resnet18(_[1-9][0-9]*){4}", "resnet18_<c1>_<c2>_<c3>_<c4> (e.g. resnet18_32_64_128_256)")
 def _resnet_from_name(arch: str, input_shape: tuple[int, int, int], num_classes: int) -> nn.Module:
     from lit_fl.models.resnet import RESNET18_WIDTHS, resnet18
 
     return resnet18(name_widths(arch) or RESNET18_WIDTHS, input_shape, num_classes)
 
 
+@register_model_family(r"vit_[1-9][0-9]*_[1-9][0-9]*", "vit_<dim>_<mlp_dim> (e.g. vit_512_512)")
 def _vit_from_name(arch: str, input_shape: tuple[int, int, int], num_classes: int) -> nn.Module:
     from lit_fl.models.vit import vit
 
@@ -92,32 +105,22 @@ def _vit_from_name(arch: str, input_shape: tuple[int, int, int], num_classes: in
     return vit(arch, dim, mlp_dim, input_shape, num_classes)
 
 
+@register_model(*(f"efficientnet_{variant}" for variant in EFFICIENTNET_VARIANTS))
 def _efficientnet_from_name(arch: str, input_shape: tuple[int, int, int], num_classes: int) -> nn.Module:
     from lit_fl.models.efficientnet import efficientnet
 
     return efficientnet(arch.removeprefix("efficientnet_"), input_shape, num_classes)
 
 
+@register_model_family(r"timm:[A-Za-z0-9_.\-]+", "timm:<name> (e.g. timm:resnet18)")
 def _timm_from_name(arch: str, input_shape: tuple[int, int, int], num_classes: int) -> nn.Module:
     from lit_fl.models.timm_models import timm_model
 
     return timm_model(arch, input_shape, num_classes)
 
 
+@register_model(*CODIST_NAMES)
 def _codist_from_name(arch: str, input_shape: tuple[int, int, int], num_classes: int) -> nn.Module:
     from lit_fl.models.codist_cnn import codist_cnn
 
     return codist_cnn(arch, input_shape, num_classes)
-
-
-register_model_pattern(r"cnn(_[1-9][0-9]*)+", "cnn_<c1>_<c2>... (e.g. cnn_32_64)", _cnn_from_name)
-register_model("resnet18", _resnet_from_name)
-register_model_pattern(
-    r"resnet18(_[1-9][0-9]*){4}", "resnet18_<c1>_<c2>_<c3>_<c4> (e.g. resnet18_32_64_128_256)", _resnet_from_name
-)
-register_model_pattern(r"vit_[1-9][0-9]*_[1-9][0-9]*", "vit_<dim>_<mlp_dim> (e.g. vit_512_512)", _vit_from_name)
-for _variant in EFFICIENTNET_VARIANTS:
-    register_model(f"efficientnet_{_variant}", _efficientnet_from_name)
-register_model_pattern(r"timm:[A-Za-z0-9_.\-]+", "timm:<name> (e.g. timm:resnet18)", _timm_from_name)
-for _name in CODIST_NAMES:
-    register_model(_name, _codist_from_name)

@@ -59,6 +59,7 @@ from torch import Tensor, nn
 
 from lit_fl.models.cnn import CNN
 from lit_fl.models.vit import attention_shape
+from lit_fl.registry import Registry
 
 Shape = tuple[int, ...]
 #: ``rule(J, n) -> LongTensor`` of ``n`` distinct positions in ``0..J-1`` (the index set of a scaled dim).
@@ -66,16 +67,24 @@ IndexRule = Callable[[int, int], Tensor]
 #: ``fn(model, stored_shape) -> view_shape | None``.
 ViewFn = Callable[[nn.Module, Shape], "Shape | None"]
 
-_VIEWS: list[tuple[type, re.Pattern[str], ViewFn]] = []
+#: ``(model type, key regex)`` -> ``(model type, compiled regex, view function)``
+PARTIAL_VIEWS: Registry[tuple[type, re.Pattern[str], ViewFn]] = Registry("slicing rule")
 
 
 # -- views ----------------------------------------------------------------------------------------------
 
 
-def register_partial_view(model_type: type, key_pattern: str, fn: ViewFn) -> None:
-    """Slice the tensors of ``model_type`` models whose state-dict key fully matches ``key_pattern`` in the
-    view ``fn(model, stored_shape)`` (a row-major reshape; ``None`` = as stored)."""
-    _VIEWS.append((model_type, re.compile(key_pattern), fn))
+def register_partial_view(model_type: type, key_pattern: str) -> Callable[[ViewFn], ViewFn]:
+    """Decorator: slice the tensors of ``model_type`` models whose state-dict key fully matches ``key_pattern`` in
+    the view ``fn(model, stored_shape)`` (a row-major reshape; ``None`` = as stored). One rule per model type and
+    pattern: a second is refused, naming both."""
+
+    def decorate(fn: ViewFn) -> ViewFn:
+        key = (f"{model_type.__module__}.{model_type.__qualname__}", key_pattern)
+        PARTIAL_VIEWS.add(key, (model_type, re.compile(key_pattern), fn), defined_by=fn)
+        return fn
+
+    return decorate
 
 
 def partial_view(model: nn.Module, key: str, shape: Sequence[int]) -> Shape:
@@ -86,7 +95,7 @@ def partial_view(model: nn.Module, key: str, shape: Sequence[int]) -> Shape:
     if callable(hook):
         view = hook(key, shape)
     if view is None:
-        for model_type, pattern, fn in _VIEWS:
+        for _, (model_type, pattern, fn) in PARTIAL_VIEWS.items():
             if isinstance(model, model_type) and pattern.fullmatch(key):
                 view = fn(model, shape)
                 if view is not None:
@@ -104,12 +113,10 @@ def view_shapes(model: nn.Module) -> dict[str, Shape]:
     return {key: partial_view(model, key, t.shape) for key, t in model.state_dict().items()}
 
 
+@register_partial_view(CNN, r"classifier\.weight")
 def _cnn_classifier_view(model: nn.Module, shape: Shape) -> Shape:
     channels, height, width = model.feature_map
     return (shape[0], channels, height * width)
-
-
-register_partial_view(CNN, r"classifier\.weight", _cnn_classifier_view)
 
 
 def _is_vit(model: nn.Module) -> bool:
@@ -117,6 +124,7 @@ def _is_vit(model: nn.Module) -> bool:
     return type(model).__module__.startswith("vit_pytorch")
 
 
+@register_partial_view(nn.Module, r".*\.to_qkv\.weight")
 def _vit_qkv_view(model: nn.Module, shape: Shape) -> Shape | None:
     """Fused ``to_qkv`` weight ``[3 * heads * dim_head, dim]`` sliced per projection and per head."""
     if not _is_vit(model):
@@ -125,6 +133,7 @@ def _vit_qkv_view(model: nn.Module, shape: Shape) -> Shape | None:
     return (3, heads, dim_head, shape[1])
 
 
+@register_partial_view(nn.Module, r".*\.to_out\.0\.weight")
 def _vit_out_view(model: nn.Module, shape: Shape) -> Shape | None:
     """``to_out`` weight ``[dim, heads * dim_head]`` sliced per head."""
     if not _is_vit(model):
@@ -132,9 +141,6 @@ def _vit_out_view(model: nn.Module, shape: Shape) -> Shape | None:
     heads, dim_head = attention_shape(shape[0])
     return (shape[0], heads, dim_head)
 
-
-register_partial_view(nn.Module, r".*\.to_qkv\.weight", _vit_qkv_view)
-register_partial_view(nn.Module, r".*\.to_out\.0\.weight", _vit_out_view)
 
 
 # -- index rules (Eq. 7-9) ------------------------------------------------------------------------------

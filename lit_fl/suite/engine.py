@@ -9,31 +9,16 @@ import functools
 import json
 import random
 import sys
-import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
 from lit_fl.errors import ConfigError
+from lit_fl.suite.schema import quiet as _quiet
+from lit_fl.suite.schema import sweep_config
 from lit_fl.suite.sweep_file import OFFLINE_METHODS, SweepFile
 
-
-@contextmanager
-def _quiet() -> Iterator[None]:
-    """The ``sweeps`` package predates pydantic 2 and numpy 2 and warns about both; its results are the same."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
-
-
-def sweep_config(config: dict[str, Any]) -> dict[str, Any]:
-    """``config`` validated against W&B's sweep-config JSON schema (raises jsonschema's ValidationError)."""
-    with _quiet():
-        from sweeps.config import SweepConfig
-
-        return dict(SweepConfig(config))
+__all__ = ["agent_args", "expand", "grid_size", "sweep_config"]
 
 
 def expand(sweep: SweepFile, count: int | None = None, seed: int = 0) -> list[dict[str, Any]]:

@@ -40,8 +40,9 @@ def check_commands(manifest: Manifest) -> None:
     run and the key. Linear in the runs: a run is parsed only when it brings a parameter value not yet checked in
     its context (its config files and class paths, which decide what the other keys may be), so a grid of 10^5 runs
     parses about as many command lines as it has distinct values."""
+    from lit_fl.algorithms.registry import algorithm_class_paths
     from lit_fl.cli_errors import one_line
-    from lit_fl.commands.fit import ALGORITHMS, config_keys, fit_parser, resolve_config_files
+    from lit_fl.commands.fit import config_keys, fit_parser, resolve_config_files
 
     parser = fit_parser()
     checked: set[tuple[Any, str, str]] = set()
@@ -54,7 +55,7 @@ def check_commands(manifest: Manifest) -> None:
         except ConfigError as err:
             raise ConfigError(f"sweep {manifest.file}: run {run.name}: {err}") from None
         except Exception as err:  # jsonargparse reports bad keys and values as exceptions of its own
-            message = one_line(err, config_keys(), ALGORITHMS)
+            message = one_line(err, config_keys(), algorithm_class_paths())
             raise ConfigError(f"sweep {manifest.file}: run {run.name}: {message}") from None
         checked |= signature
 

@@ -17,7 +17,6 @@ The paper's numbers for the configurations it reproduces live beside it in ``NAM
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,9 +82,9 @@ def check_schema(path: Path, config: dict[str, Any]) -> None:
     """W&B's own schema check (the ``sweeps`` package, W&B's open-source sweep engine)."""
     from jsonschema import ValidationError
 
-    from lit_fl.suite.engine import sweep_config
+    from lit_fl.suite.schema import schema_keys, sweep_config
 
-    known = _schema_keys()
+    known = schema_keys()
     for key in config:
         if key not in known:
             raise ConfigError(f"sweep {path}: unknown key {key!r}; allowed: {', '.join(sorted(known))}")
@@ -96,12 +95,3 @@ def check_schema(path: Path, config: dict[str, Any]) -> None:
         raise ConfigError(f"sweep {path}: {where}: {err.message.splitlines()[0][:300]}") from None
     except (ValueError, TypeError) as err:
         raise ConfigError(f"sweep {path}: {str(err).splitlines()[0]}") from None
-
-
-def _schema_keys() -> set[str]:
-    """The top-level keys W&B's sweep schema knows."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from sweeps.config.schema import sweep_config_jsonschema
-
-    return set(sweep_config_jsonschema["properties"])
