@@ -37,8 +37,7 @@ def one_line(err: BaseException, known_keys: Iterable[str] = (), algorithms: Ite
     if m := _UNKNOWN.search(text):
         return _unknown_key(m.group(1), list(known_keys))
     if (m := _CLASS_PATH.search(text)) and (opt := _NOT_ACCEPTED.search(text)):
-        allowed = ", ".join(init_args(m.group(1)))
-        return f"{keys[0]}.{opt.group(1)}: unknown key for {m.group(1).rsplit('.', 1)[-1]}; allowed: {allowed}"
+        return _unknown_init_arg(keys[0], m.group(1), opt.group(1))
     if m := _LITERAL.search(text):
         allowed = ", ".join(v.strip().strip("'\"") for v in m.group(1).split(","))
         return f"{key}: {m.group(2).strip()!r} is not allowed; allowed: {allowed}"
@@ -80,20 +79,51 @@ def _unknown_key(key: str, known: list[str]) -> str:
     return f"{key}: unknown key{allowed}"
 
 
-def init_args(class_path: str) -> list[str]:
-    """Constructor arguments of ``class_path`` including those its ``**kwargs`` pass to base classes."""
+def _unknown_init_arg(section: str, class_path: str, option: str) -> str:
+    """An ``init_args`` key the class does not take; when a base class takes it but a subclass's ``__init__`` does
+    not forward ``**kwargs``, say so (the key is not unknown, it is cut off)."""
+    name = class_path.rsplit(".", 1)[-1]
+    allowed = init_args(class_path)
+    line = f"{section}.{option}: unknown key for {name}; allowed: {', '.join(allowed)}"
+    stops = [klass for klass, forwards in _initialisers(class_path) if not forwards]
+    if stops and option in init_args(class_path, follow_kwargs=False, start_after=stops[0]):
+        line += (f" ({stops[0].__qualname__}.__init__ takes no **kwargs, so the keys of its base classes, {option} "
+                 "among them, cannot reach them: add **kwargs and pass them to super().__init__)")
+    return line
+
+
+def _initialisers(class_path: str) -> list[tuple[type, bool]]:
+    """Every class of ``class_path``'s MRO that defines ``__init__``, with whether it takes ``**kwargs``."""
     import importlib
     import inspect
 
     module, _, name = class_path.rpartition(".")
     cls = getattr(importlib.import_module(module), name)
-    names: list[str] = []
+    out = []
     for klass in cls.__mro__:
-        if "__init__" not in vars(klass):
+        if "__init__" in vars(klass) and klass is not object:
+            params = inspect.signature(klass.__init__).parameters.values()
+            out.append((klass, any(p.kind == p.VAR_KEYWORD for p in params)))
+    return out
+
+
+def init_args(class_path: str, follow_kwargs: bool = True, start_after: type | None = None) -> list[str]:
+    """Constructor arguments of ``class_path`` including those its ``**kwargs`` pass to base classes (a class
+    whose ``__init__`` takes no ``**kwargs`` ends the chain; ``follow_kwargs=False``: every class's, and
+    ``start_after``: only the classes after that one)."""
+    import inspect
+
+    names: list[str] = []
+    started = start_after is None
+    for klass, forwards in _initialisers(class_path):
+        if not started:
+            started = klass is start_after
             continue
         for param in inspect.signature(klass.__init__).parameters.values():
             if param.name != "self" and param.kind not in (param.VAR_KEYWORD, param.VAR_POSITIONAL):
                 names.append(param.name)
+        if follow_kwargs and not forwards:
+            break
     return sorted(dict.fromkeys(names))
 
 

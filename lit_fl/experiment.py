@@ -31,6 +31,7 @@ from lit_fl.lazy import eager_init_annotations
 from lit_fl.run_dir import RunDir
 from lit_fl.run_identity import IDENTITY_KEYS, RunIdentity
 from lit_fl.tracking import MetricsCSV, RoundProgress, WandbTracker, read_metrics
+from lit_fl.validation import check_output_folder
 
 if TYPE_CHECKING:
     from lit_fl.federation.state import Federation
@@ -149,6 +150,7 @@ class Experiment:
     def fit(self, config: dict[str, Any], resume: str | None = None) -> dict[str, Any]:
         """Run (or continue) the experiment; ``config`` is the resolved config written to config.yaml."""
         run_path = self.run_path = self.resolve_run_path(resume)
+        check_output_folder(run_path.parent, "run_dir")  # before anything is built: one line, nothing written
         rounds_note = check_resume_config(run_path, config) if resume else None
         federation, runner = self.build()
         if not runner.is_global_zero:

@@ -87,6 +87,12 @@ def check_output_folder(folder: Path, key: str) -> None:
         parent = parent.parent
     if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
         raise ConfigError(f"{key}: cannot create or write {folder} ({parent} is not a writable folder)")
+    try:  # permissions do not tell everything (a read-only or virtual file system, root's access): try it
+        import tempfile
+
+        os.rmdir(tempfile.mkdtemp(prefix=".lit-fl-probe-", dir=parent))
+    except OSError as err:
+        raise ConfigError(f"{key}: cannot create or write {folder} ({parent}: {err.strerror})") from None
 
 
 def check_accelerator(accelerator: str) -> None:

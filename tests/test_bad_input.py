@@ -128,3 +128,14 @@ def test_the_suite_holds_at_least_40_cases() -> None:
     assert len(CASES) >= 40
     assert len({c[0] for c in CASES}) == len(CASES)
     assert TINY_POOL and TINY_OPTIONS["num_train"] == 400  # the data sizes the cases above are written for
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc (a virtual file system)")
+def test_a_run_dir_on_a_file_system_that_refuses_folders_is_one_line(tmp_path: Path) -> None:
+    """``/proc`` lets root through every permission check and still refuses ``mkdir``: the probe finds it first."""
+    cfg = write_config(tmp_path / "c.yaml", tiny_config(rounds=1))
+    result = run_cli("fit", "--config", cfg, "--run_dir", "/proc/lit-fl-runs")
+    assert result.rc == 2 and "Traceback" not in result.err
+    lines = [line for line in result.err.splitlines() if line.strip()]
+    assert lines == ["lit-fl: error: run_dir: cannot create or write /proc/lit-fl-runs (/proc: No such file or "
+                     "directory)"], lines

@@ -118,3 +118,36 @@ def test_a_curve_is_the_mean_of_the_completed_runs_only() -> None:
     assert c.mean == pytest.approx([0.55, 0.75, 0.95]) and c.rounds == [1.0, 2.0, 3.0]
     alone = curve(Group("g", {}, [stopped]), "global_acc")  # no run completed: the unfinished one is drawn alone
     assert alone.mean == pytest.approx([0.1, 0.1])
+
+
+def test_a_single_seed_shows_its_value_without_a_spread() -> None:
+    from lit_fl.suite.compare.table import to_markdown
+
+    one = Comparison("t", [Group("m", {}, [loss_run(0, [2.0, 0.9, 1.2])])], paper=None, metric="global_acc",
+                     source=Path("."))
+    text = to_markdown(one, 0.8)
+    assert "| 50.00 |" in text and "±" not in text.split("\n", 2)[2]
+
+
+def test_labels_leave_unset_keys_out_and_qualify_generic_or_shared_names() -> None:
+    from lit_fl.suite.compare.results import label
+
+    assert label({"algorithm.alpha_max": None, "topology.name": "ring"}) == "topology.name=ring"
+    assert label({"algorithm.lr": 0.1, "algorithm.global_lr": 0.01}) == "lr=0.1, global_lr=0.01"
+    assert label({"algorithm.server.lr": 0.1, "algorithm.lr": 0.01}) == "server.lr=0.1, algorithm.lr=0.01"
+
+
+def test_the_png_legend_is_never_clipped(tmp_path: Path) -> None:
+    """A long label: the saved figure grows to hold the legend below the panels (the old legend inside the first
+    panel ran out of the image)."""
+    from PIL import Image
+
+    from lit_fl.suite.compare.figures import write_figures
+
+    long = "a configuration with a label far longer than the panel it is drawn in " * 2
+    comparison = Comparison("t", [Group(long, {}, [loss_run(0, [2.0, 0.9, 1.2])]), Group("b", {}, [loss_run(1, [1.0,
+                            1.1, 0.7])])], paper=None, metric="global_acc", source=Path("."))
+    (path, *_) = write_figures(comparison, tmp_path)
+    width, height = Image.open(path).size
+    assert height > 4 * 120  # the legend sits below the 4-inch panels, inside the image
+    assert width >= 11 * 120 * 0.9

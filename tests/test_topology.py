@@ -113,3 +113,26 @@ def test_relay_off_never_selects_beyond_the_neighbours() -> None:
     relayed = build_topology(TopologyConfig(name="ring", relay=True), 10, seed=0)
     assert relayed.hops(0, 5) == 5 and relayed.hops(0, 9) == 1
     assert len(select_participants(1, None, 10, 0.5, rng, topology=relayed).senders) == 5
+
+
+def test_a_send_to_a_non_neighbour_is_refused_without_relay_and_charged_per_hop_with_it() -> None:
+    """``topology.relay: false`` is enforced where models travel (the ledger), whatever the method: a gossip step
+    of a user's own that sends across the ring is a bug, named in its error; with relay every hop is charged."""
+    from torch import nn
+
+    from lit_fl.federation.ledger import model_megabytes
+    from lit_fl.federation.topology import RelayError
+
+    model = nn.Linear(4, 4)
+    topology = ring(6)
+    ledger = CommunicationLedger(topology=topology)
+    assert ledger.send(0, 1, model)  # neighbours: one link
+    with pytest.raises(RelayError, match="client 0 sends to client 3, which is not its neighbour on the ring"):
+        ledger.send(0, 3, model)
+    with pytest.raises(RelayError):
+        ledger.give_back(3, 0, model)
+    assert ledger.send(0, -1, model)  # a server is one link away from every client
+    topology.relay = True
+    ledger.start_round()
+    assert ledger.send(0, 3, model)
+    assert ledger.round_sent_mb == pytest.approx(3 * model_megabytes(model))  # three links, each carries it

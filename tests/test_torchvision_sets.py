@@ -207,5 +207,5 @@ def test_a_missing_benchmark_is_refused_by_the_config_checks_unless_a_loader_is_
     with pytest.raises(DatasetNotFoundError, match="MNIST not found under"):
         check_dataset_files(DataConfig(dataset="mnist", root=str(tmp_path)))
     check_dataset_files(DataConfig(dataset="mnist", root=str(tmp_path), download=True))  # fetched when it loads
-    monkeypatch.setitem(registry.DATASETS._entries, "mnist", lambda **kwargs: None)  # a user's own loader: theirs to check
+    monkeypatch.setitem(registry.DATASETS._entries, "mnist", lambda **kwargs: None)  # a user loader: theirs to check
     check_dataset_files(DataConfig(dataset="mnist", root=str(tmp_path)))

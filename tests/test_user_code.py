@@ -94,3 +94,19 @@ def test_a_users_algorithm_model_and_dataset_run_from_the_working_directory(tmp_
     assert result.returncode == 0, result.stderr
     assert "completed: 1/1 rounds" in result.stdout
     assert (tmp_path / "runs" / "mine" / "metrics.csv").is_file()
+
+
+def test_a_subclass_that_does_not_forward_kwargs_is_told_why_a_base_key_is_unknown(tmp_path: Path) -> None:
+    """``lr`` belongs to the base class; ``G.__init__`` without ``**kwargs`` cuts it off. The line must not list
+    ``lr`` as allowed while calling it unknown, and must say how to fix it."""
+    (tmp_path / "gossip.py").write_text(
+        "from lit_fl.algorithms import DecentralizedFedAvg\n\n\nclass Gossip(DecentralizedFedAvg):\n"
+        "    def __init__(self, self_weight: float = 0.5) -> None:\n        super().__init__()\n")
+    cfg = config(tmp_path)
+    text = cfg.read_text().replace("sender_fraction: 0.5", "lr: 0.05")
+    cfg.write_text(text)
+    result = lit_fl(tmp_path, "fit", "--config", str(cfg), "--run_dir", str(tmp_path / "runs"))
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert lines[0].startswith("lit-fl: error: algorithm.lr: unknown key for Gossip; allowed: self_weight (")
+    assert "Gossip.__init__ takes no **kwargs" in lines[0] and "super().__init__" in lines[0]

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from lit_fl.federation.state import Federation
+    from lit_fl.federation.topology import Topology
 
 MB = 1024 * 1024
 
@@ -76,6 +77,9 @@ class CommunicationLedger:
     transfers: list[tuple[int, int, float]] = field(default_factory=list)
     faults: FaultsConfig = field(default_factory=FaultsConfig)
     rng: np.random.Generator | None = None
+    #: the network: a transfer between two clients crosses ``topology.hops`` links (and only one without
+    #: ``topology.relay``: a send to a non-neighbour is refused)
+    topology: Topology | None = None
     round_faults: RoundFaults = field(default_factory=RoundFaults)
     _links: dict[tuple[int, int], bool] = field(default_factory=dict, repr=False)
     _returns: dict[tuple[int, int], bool] = field(default_factory=dict, repr=False)
@@ -83,7 +87,7 @@ class CommunicationLedger:
     @classmethod
     def of(cls, federation: Federation) -> CommunicationLedger:
         """A ledger applying ``federation``'s faults, drawn from its fault stream (restored on resume)."""
-        return cls(faults=federation.faults, rng=federation.rng.faults)
+        return cls(faults=federation.faults, rng=federation.rng.faults, topology=federation.topology)
 
     def start_round(self) -> None:
         self.round_sent_mb = self.round_returned_mb = 0.0
@@ -111,19 +115,31 @@ class CommunicationLedger:
             self.round_faults.lost_returns += int(lost)
         return self._returns[link]
 
-    def send(self, source: int, target: int, model: nn.Module, hops: int = 1) -> bool:
-        """``model`` travels from ``source`` to ``target`` over ``hops`` links (every link carries it once); False,
-        and nothing travels, when the source failed (:meth:`reaches`)."""
+    def send(self, source: int, target: int, model: nn.Module, hops: int | None = None) -> bool:
+        """``model`` travels from ``source`` to ``target`` over ``hops`` links (every link carries it once; default:
+        the topology's shortest path, one link between neighbours or to and from the server ``-1``); False, and
+        nothing travels, when the source failed (:meth:`reaches`)."""
+        hops = self.links(source, target, hops)
         if not self.reaches(source, target):
             return False
         self._record(source, target, model, hops, returned=False)
         return True
 
-    def give_back(self, source: int, target: int, model: nn.Module, hops: int = 1) -> bool:
+    def give_back(self, source: int, target: int, model: nn.Module, hops: int | None = None) -> bool:
         """``model`` travels back from ``source`` to ``target``; False when it was lost on the way (:meth:`returns`):
         the traffic is spent, the target does not get it."""
+        hops = self.links(source, target, hops)
         self._record(source, target, model, hops, returned=True)
         return self.returns(source, target)
+
+    def links(self, source: int, target: int, hops: int | None = None) -> int:
+        """The links a transfer crosses: ``hops`` when given, else the topology's (1 without a topology or for the
+        server ``-1``). Between two clients the topology must allow it (:meth:`Topology.hops` refuses a send to a
+        non-neighbour without ``relay``)."""
+        if self.topology is None or source < 0 or target < 0:
+            return 1 if hops is None else hops
+        expected = self.topology.hops(source, target)
+        return expected if hops is None else hops
 
     def _record(self, source: int, target: int, model: nn.Module, hops: int, returned: bool) -> None:
         mb = model_megabytes(model) * hops

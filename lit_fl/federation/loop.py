@@ -55,7 +55,8 @@ class RoundLoop:
     ) -> None:
         self.federation, self.algorithm, self.runner = federation, algorithm, runner
         self.evaluator, self.ledger = evaluator, ledger
-        ledger.faults, ledger.rng = federation.faults, federation.rng.faults  # the federation's faults, every method
+        # the federation's faults and network, for every method
+        ledger.faults, ledger.rng, ledger.topology = federation.faults, federation.rng.faults, federation.topology
         self.rounds, self.eval_every, self.checkpoint_every = rounds, eval_every, checkpoint_every
         self.callbacks = list(callbacks)
         #: the metric rows of this loop's evaluated rounds, in order
@@ -102,7 +103,7 @@ class RoundLoop:
             "eval_s": time.perf_counter() - start,
             "train_loss": result.train_loss,
             "aggregator": math.nan if result.aggregator is None else result.aggregator,
-            "num_participants": result.participants,
+            "num_participants": result.participants(self.ledger.transfers),
             **self.ledger.round_faults.as_metrics(),  # every method's transfers fail in the ledger
             **result.extra,
         }

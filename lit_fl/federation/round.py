@@ -7,6 +7,7 @@ implements the contract, and ``from lit_fl.algorithms import RoundResult`` is th
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -20,8 +21,10 @@ if TYPE_CHECKING:
 class RoundResult:
     """What happened in a round, for logs: who took part, the alpha used, the mean training loss.
 
-    ``num_participants`` (logged as ``num_participants``) defaults to the aggregator plus the senders; a method
-    where everyone takes part without an aggregator (gossip, Local, FedPer) says how many did.
+    ``num_participants`` (logged as ``num_participants``) defaults to the distinct clients among the aggregator,
+    the senders and both ends of every transfer of the round (:meth:`participants`), so a gossip round in which
+    every client sent to its neighbours counts every client; a method whose clients take part without sending
+    (Local) says how many did.
     """
 
     aggregator: int | None = None
@@ -31,12 +34,15 @@ class RoundResult:
     num_participants: int | None = None
     extra: dict[str, float] = field(default_factory=dict)
 
-    @property
-    def participants(self) -> int:
-        """``num_participants``, or the aggregator plus the senders when the method did not say."""
+    def participants(self, transfers: Iterable[tuple[int, int, float]] = ()) -> int:
+        """``num_participants``, or when the method did not say: the distinct clients among the aggregator, the
+        senders and the ends of ``transfers`` (the ledger's ``(source, target, MB)`` of the round; the server,
+        ``-1``, is not a client)."""
         if self.num_participants is not None:
             return self.num_participants
-        return len(self.senders) + (self.aggregator is not None)
+        clients = {*self.senders, *(() if self.aggregator is None else (self.aggregator,))}
+        clients.update(end for source, target, _ in transfers for end in (source, target))
+        return len({c for c in clients if c >= 0})
 
 
 class RoundAlgorithm(Protocol):

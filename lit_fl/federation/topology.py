@@ -44,6 +44,11 @@ class TopologyConfig:
             raise ConfigError(f"topology.degree must be >= 1, got {self.degree}")
 
 
+class RelayError(RuntimeError):
+    """A method sent a model to a client that is not a neighbour while ``topology.relay`` is false (a bug in the
+    method, not bad input: it keeps its traceback)."""
+
+
 class Topology:
     """An undirected graph over client ids ``0..N-1`` as a boolean adjacency matrix (no self loops)."""
 
@@ -72,9 +77,15 @@ class Topology:
         return np.flatnonzero(distance > 0)
 
     def hops(self, a: int, b: int) -> int:
-        """Links a model crosses from ``a`` to ``b`` on a shortest path (1 between neighbours)."""
+        """Links a model crosses from ``a`` to ``b`` on a shortest path (1 between neighbours). Without ``relay`` a
+        model only crosses one link: ``a`` and ``b`` must be neighbours."""
         if self.adjacency[a, b]:
             return 1
+        if not self.relay:
+            raise RelayError(
+                f"client {a} sends to client {b}, which is not its neighbour on the {self.name} topology, and "
+                "topology.relay is false: a method may only send to neighbours (or set topology.relay: true)"
+            )
         distance = int(self.distances(a)[b])
         if distance < 0:
             raise ValueError(f"client {b} cannot be reached from client {a} on the {self.name} topology")

@@ -35,12 +35,15 @@ def write_figures(comparison: Comparison, folder: Path) -> list[Path]:
                 ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.grid(alpha=0.3)
         axes[0].set_ylabel(metric)
-        axes[0].legend(fontsize=8)
+        handles, labels = axes[0].get_legend_handles_labels()
         fig.suptitle(title(metric, methods(comparison)))
         fig.tight_layout()
+        if handles:  # below both panels; the saved image grows to hold it whatever the labels' length
+            fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(len(labels), 2),
+                       fontsize=8, frameon=False)
         path = folder / (re.sub(r"[^A-Za-z0-9_.-]+", "_", metric) + ".png")
         tmp = path.with_name(f".{path.name}.tmp.png")
-        fig.savefig(tmp, dpi=120)
+        fig.savefig(tmp, dpi=120, bbox_inches="tight")
         tmp.replace(path)
         plt.close(fig)
         written.append(path)

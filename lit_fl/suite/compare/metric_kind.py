@@ -39,8 +39,9 @@ class MetricKind:
             return False
         return value <= target if self.lower_is_better else value >= target
 
-    def format(self, mean: float, std: float) -> str:
-        """``mean ± std`` in the metric's unit: accuracy in percent with 2 decimals, anything else with 4 digits."""
+    def format(self, mean: float, std: float | None) -> str:
+        """``mean ± std`` in the metric's unit: accuracy in percent with 2 decimals, anything else with 4 digits;
+        ``std=None`` (a single seed, which has no spread to show): the mean alone."""
         if self.is_accuracy:
-            return f"{100 * mean:.2f} ± {100 * std:.2f}"
-        return f"{mean:.4g} ± {std:.4g}"
+            return f"{100 * mean:.2f}" if std is None else f"{100 * mean:.2f} ± {100 * std:.2f}"
+        return f"{mean:.4g}" if std is None else f"{mean:.4g} ± {std:.4g}"

@@ -179,11 +179,22 @@ def _group(runs: list[RunResult], paper: Paper | None, hide: set[str] = frozense
     return list(groups.values())
 
 
+#: key names too generic to stand alone in a label (``topology.name=ring``, not ``name=ring``)
+GENERIC_NAMES = frozenset({"name", "type", "kind", "mode", "dataset", "root", "options"})
+
+
 def label(params: dict[str, Any]) -> str:
     """``dfml, dirichlet 0.1, alpha_max=0.8``: a configuration in short (config files by stem, sections by their
-    values, other keys by their last name)."""
+    values, other keys by their last name, or their last two where the last is generic or shared; a key one
+    configuration leaves unset, ``None``, is left out: the others' values tell them apart)."""
     parts = []
+    last_names = [k.split(".")[-1] for k in params]
     for key, value in params.items():
+        if value is None:
+            continue
+        name = key.split(".")[-1]
+        if name in GENERIC_NAMES or last_names.count(name) > 1:
+            name = ".".join(key.split(".")[-2:])
         if isinstance(value, dict):
             parts.append(" ".join(short_value(v) for v in value.values()))
         elif key == "config" or (isinstance(value, str) and value.endswith((".yaml", ".yml"))):
@@ -191,7 +202,7 @@ def label(params: dict[str, Any]) -> str:
         elif isinstance(value, str) and value.startswith("lit_fl.algorithms."):
             parts.append(value.rsplit(".", 1)[-1])
         else:
-            parts.append(f"{key.split('.')[-1]}={short_value(value)}")
+            parts.append(f"{name}={short_value(value)}")
     return ", ".join(parts)
 
 

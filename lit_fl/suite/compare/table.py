@@ -39,11 +39,18 @@ class Stat:
         return self.shown(MetricKind("acc"))
 
     def shown(self, kind: MetricKind) -> str:
-        """``mean ± std`` in the unit of the metric's kind (``-`` when no seed has a value)."""
-        return "-" if not self.kept else kind.format(self.mean, self.std)
+        """``mean ± std`` in the unit of the metric's kind (``-`` when no seed has a value; one seed has no std: its
+        value alone)."""
+        if not self.kept:
+            return "-"
+        return kind.format(self.mean, self.std if len(self.kept) > 1 else None)
 
     def plain(self, digits: int = 1, style: str = "f") -> str:
-        return "-" if not self.kept else f"{self.mean:.{digits}{style}} ± {self.std:.{digits}{style}}"
+        if not self.kept:
+            return "-"
+        if len(self.kept) == 1:
+            return f"{self.mean:.{digits}{style}}"
+        return f"{self.mean:.{digits}{style}} ± {self.std:.{digits}{style}}"
 
 
 @dataclass
