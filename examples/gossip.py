@@ -43,8 +43,10 @@ class Gossip(Algorithm):
                               f"got {', '.join(federation.architectures())}")
 
     def run_round(self, round_: int, federation: Any, runner: Any, ledger: Any) -> RoundResult:
-        # 1. every client trains on its own data (lit-fl batches same-architecture clients on a GPU)
-        losses = self.local_phase(federation.clients, federation, runner)
+        # 1. every client trains on its own data: one work per client, run by lit-fl's phase runner (batched and
+        #    fused on a GPU, placed on processes with --trainer.devices N); local_work is the hook to override
+        works = [self.local_work(client, federation) for client in federation.clients]
+        losses = [result.loss for result in runner.run_phase(works)]
         # 2. the models as sent: every client reads its neighbours' trained models, never an average of this round
         sent = {c.id: {k: v.detach().clone() for k, v in c.model.state_dict().items()} for c in federation.clients}
         # 3. gossip: each neighbour sends its model through the ledger (which counts the MB and applies faults.*)

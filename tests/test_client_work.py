@@ -160,3 +160,15 @@ def test_load_weights_copies_every_entry_and_changes_the_stamp() -> None:
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), source.state_dict().values()))
     with pytest.raises(RuntimeError, match="Missing key"):
         load_weights(model, {k: v for k, v in source.state_dict().items() if "classifier" not in k})
+
+
+def test_num_participants_of_a_gossip_round_counts_every_client_that_moved_a_model() -> None:
+    """A method that reports neither senders nor an aggregator (gossip) gets every client its transfers touched;
+    the server (-1) is no client; a method's own count wins."""
+    from lit_fl.federation.round import RoundResult
+
+    ring = [(n, (n + 1) % 6, 0.1) for n in range(6)] + [(n, (n - 1) % 6, 0.1) for n in range(6)]
+    assert RoundResult().participants(ring) == 6
+    assert RoundResult(aggregator=0, senders=(1, 2)).participants([(1, 0, 1.0), (0, 1, 1.0)]) == 3
+    assert RoundResult(senders=(3,)).participants([(3, -1, 1.0), (-1, 3, 1.0)]) == 1
+    assert RoundResult(num_participants=10).participants(ring) == 10
