@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from lit_fl.choices import PARTITIONS
+from lit_fl.constraints import HalfOpenUnitInterval, PositiveFloat, PositiveInt, check_fields
 from lit_fl.errors import ConfigError
 from lit_fl.steps.precision import PRECISIONS
 
@@ -38,12 +39,12 @@ class DataConfig:
     dataset: str = "mnist5k"
     root: str = "data"
     download: bool = False
-    num_clients: int = 10
+    num_clients: PositiveInt = 10
     partition: Literal["iid", "dirichlet", "shards"] = "dirichlet"
-    beta: float = 0.5
-    zeta: int = 2
-    val_fraction: float = 0.2
-    server_fraction: float = 0.0
+    beta: PositiveFloat = 0.5
+    zeta: PositiveInt = 2
+    val_fraction: HalfOpenUnitInterval = 0.2
+    server_fraction: HalfOpenUnitInterval = 0.0
     options: dict[str, Any] = field(default_factory=dict)
     augment: Literal["auto", "none", "crop_flip"] = "auto"
 
@@ -56,20 +57,11 @@ class DataConfig:
         elif self.dataset not in list_datasets():
             raise ConfigError(f"data.dataset: unknown dataset {self.dataset!r}; allowed: {', '.join(list_datasets())}"
                               " (or module:loader of your own)")
-        if self.num_clients < 1:
-            raise ConfigError(f"data.num_clients must be >= 1, got {self.num_clients}")
+        check_fields(self, "data.")
         if self.partition not in PARTITIONS:
             raise ConfigError(f"data.partition: {self.partition!r} is not allowed; allowed: {', '.join(PARTITIONS)}")
-        if self.beta <= 0:
-            raise ConfigError(f"data.beta must be > 0, got {self.beta}")
-        if self.zeta < 1:
-            raise ConfigError(f"data.zeta must be >= 1, got {self.zeta}")
-        if not 0.0 <= self.val_fraction < 1.0:
-            raise ConfigError(f"data.val_fraction must be in [0, 1), got {self.val_fraction}")
         if self.augment not in ("auto", "none", "crop_flip"):
             raise ConfigError(f"data.augment: {self.augment!r} is not allowed; allowed: auto, none, crop_flip")
-        if not 0.0 <= self.server_fraction < 1.0:
-            raise ConfigError(f"data.server_fraction must be in [0, 1), got {self.server_fraction}")
 
 
 @dataclass
@@ -123,19 +115,16 @@ class TrainerConfig:
     """
 
     accelerator: str = "auto"
-    devices: int = 1
-    num_nodes: int = 1
+    devices: PositiveInt = 1
+    num_nodes: PositiveInt = 1
     strategy: Literal["auto", "ddp"] = "auto"
     precision: Literal["32-true", "bf16-mixed", "16-mixed"] = "32-true"
     fuse: Literal["auto", "on", "off"] = "auto"
 
     def __post_init__(self) -> None:
+        check_fields(self, "trainer.")
         if self.precision not in PRECISIONS:
             raise ConfigError(f"trainer.precision: {self.precision!r} is not allowed; allowed: {', '.join(PRECISIONS)}")
-        if self.devices < 1:
-            raise ConfigError(f"trainer.devices must be >= 1, got {self.devices}")
-        if self.num_nodes < 1:
-            raise ConfigError(f"trainer.num_nodes must be >= 1, got {self.num_nodes}")
         if self.strategy not in ("auto", "ddp"):
             raise ConfigError(f"trainer.strategy: {self.strategy!r} is not allowed; allowed: auto, ddp")
         if self.fuse not in ("auto", "on", "off"):

@@ -16,12 +16,13 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import yaml
 
 from lit_fl.algorithms.base import Algorithm
 from lit_fl.config import DataConfig, LoggerConfig, ModelsConfig, TrainerConfig
+from lit_fl.constraints import Bounds, NonNegativeInt, PositiveInt, check_arguments
 from lit_fl.errors import ConfigError
 from lit_fl.faultpoints import fault_point
 from lit_fl.federation.faults import FaultsConfig
@@ -74,21 +75,15 @@ class Experiment:
         logger: LoggerConfig,
         topology: TopologyConfig = TopologyConfig(),  # noqa: B008 - frozen defaults, never mutated
         faults: FaultsConfig = FaultsConfig(),  # noqa: B008
-        seed: int = 0,
-        rounds: int = 100,
-        eval_every: int = 1,
-        checkpoint_every: int = 1,
+        seed: NonNegativeInt = 0,
+        rounds: PositiveInt = 100,
+        eval_every: PositiveInt = 1,
+        checkpoint_every: Annotated[int, Bounds(0, note="(0 = only at the end)")] = 1,
         run_dir: str = "runs",
         name: str | None = None,
     ) -> None:
-        if rounds < 1:
-            raise ConfigError(f"rounds must be >= 1, got {rounds}")
-        if eval_every < 1:
-            raise ConfigError(f"eval_every must be >= 1, got {eval_every}")
-        if checkpoint_every < 0:
-            raise ConfigError(f"checkpoint_every must be >= 0 (0 = only at the end), got {checkpoint_every}")
-        if seed < 0:
-            raise ConfigError(f"seed must be >= 0, got {seed}")
+        check_arguments(Experiment.__init__, {"seed": seed, "rounds": rounds, "eval_every": eval_every,
+                                              "checkpoint_every": checkpoint_every}, "")
         self.algorithm, self.data, self.models = algorithm, data, models
         self.trainer, self.logger = trainer, logger
         self.topology, self.faults = topology or TopologyConfig(), faults or FaultsConfig()

@@ -36,7 +36,7 @@ def eager_init_annotations(cls: T) -> T:
     init = cls.__dict__.get("__init__")
     if init is not None:
         try:
-            init.__annotations__ = get_type_hints(init)
+            init.__annotations__ = get_type_hints(init, include_extras=True)  # constrained types keep their range
         except NameError:  # names a class defined later, or one imported for type checkers only: left to jsonargparse
             pass
     return cls

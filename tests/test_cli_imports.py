@@ -106,4 +106,6 @@ def test_an_algorithm_may_name_a_class_defined_below_it_in_its_signature() -> No
         pass
 
     assert Plugin.__init__.__annotations__["helper"] == "Later | None"
-    assert Algorithm.__init__.__annotations__["lr"] is float
+    from lit_fl.constraints import PositiveFloat
+
+    assert Algorithm.__init__.__annotations__["lr"] == PositiveFloat  # resolved: a type, with its range

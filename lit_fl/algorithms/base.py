@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from lit_fl import steps
 from lit_fl.choices import SupervisedLoss
+from lit_fl.constraints import Momentum, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, checked_init
 from lit_fl.errors import ConfigError
 from lit_fl.federation.round import RoundResult
 from lit_fl.lazy import eager_init_annotations
@@ -62,22 +63,19 @@ class Algorithm(ABC):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         eager_init_annotations(cls)
+        _check_constrained_init(cls)
 
     def __init__(
         self,
-        local_epochs: int = 1,
+        local_epochs: NonNegativeInt = 1,
         loss: SupervisedLoss = "ce",
-        lr: float = 0.01,
-        momentum: float = 0.9,
-        weight_decay: float = 5e-4,
-        batch_size: int = 64,
+        lr: PositiveFloat = 0.01,
+        momentum: Momentum = 0.9,
+        weight_decay: NonNegativeFloat = 5e-4,
+        batch_size: PositiveInt = 64,
     ) -> None:
-        if local_epochs < 0:
-            raise ConfigError(f"algorithm.local_epochs must be >= 0, got {local_epochs}")
         if loss not in ("wsm", "ce"):
             raise ConfigError(f"algorithm.loss must be one of wsm, ce; got {loss!r}")
-        if batch_size < 1:
-            raise ConfigError(f"algorithm.batch_size must be >= 1, got {batch_size}")
         self.local_epochs = local_epochs
         self.loss: SupervisedLoss = loss
         self.optimizer = SGDConfig(lr=lr, momentum=momentum, weight_decay=weight_decay, key="algorithm.")
@@ -141,7 +139,15 @@ class Algorithm(ABC):
         return phase_losses(runner.run_phase([self.local_work(c, federation) for c in clients]))
 
 
+def _check_constrained_init(cls: type) -> None:
+    """The class's own ``__init__`` checks its constrained keys (:mod:`lit_fl.constraints`) as ``algorithm.<key>``."""
+    init = cls.__dict__.get("__init__")
+    if init is not None and not getattr(init, "__lit_fl_checked__", False):
+        cls.__init__ = checked_init(init, "algorithm.")  # type: ignore[method-assign]
+
+
 eager_init_annotations(Algorithm)  # subclasses: __init_subclass__
+_check_constrained_init(Algorithm)
 
 
 def nanmean(values: list[float]) -> float:

@@ -40,7 +40,7 @@ import math
 from abc import abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from itertools import islice
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
 
@@ -49,6 +49,7 @@ from lit_fl.algorithms.base import Algorithm, RoundResult, nanmean, phase_losses
 from lit_fl.algorithms.fedadam import FedAdam
 from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.choices import SupervisedLoss
+from lit_fl.constraints import Bounds, PositiveFloat, PositiveInt, UnitInterval
 from lit_fl.errors import ConfigError
 from lit_fl.models import create_model
 
@@ -61,6 +62,8 @@ if TYPE_CHECKING:
     from lit_fl.steps.phase import ClientWork
     from lit_fl.steps.runner import StepRunner
 
+#: ``decay_rounds``: at least one round, or None for a constant rate
+DecayRounds = Annotated[int, Bounds(1, note="(or null for a constant rate)")]
 SMALL, LARGE = "small", "large"
 POOLS = (SMALL, LARGE)
 NO_SERVER_DATA = "Codistillation needs unlabeled server data: set data.server_fraction > 0"
@@ -104,20 +107,20 @@ class Codistillation(Algorithm):
         small_arch: str = "codist_small",
         large_arch: str = "codist_large",
         large_clients: float | list[int] = 0.15,
-        clients_per_round: int = 20,
-        server_lr: float = 0.001,
-        large_server_lr: float | None = None,
+        clients_per_round: PositiveInt = 20,
+        server_lr: PositiveFloat = 0.001,
+        large_server_lr: PositiveFloat | None = None,
         server_betas: tuple[float, float] = (0.9, 0.999),
         server_eps: float = 1e-5,
         server_bias_correction: bool = True,
-        distill_steps: int = 200,
-        distill_batch_size: int = 64,
-        distill_lr: float = 0.001,
-        large_distill_lr: float | None = None,
-        temperature: float = 1.0,
-        student_reg: float = 0.1,
+        distill_steps: PositiveInt = 200,
+        distill_batch_size: PositiveInt = 64,
+        distill_lr: PositiveFloat = 0.001,
+        large_distill_lr: PositiveFloat | None = None,
+        temperature: PositiveFloat = 1.0,
+        student_reg: UnitInterval = 0.1,
         distill_augment: bool = False,
-        decay_rounds: int | None = None,
+        decay_rounds: DecayRounds | None = None,
         local_epochs: int = 1,
         loss: SupervisedLoss = "ce",
         lr: float = 0.01,
@@ -134,22 +137,6 @@ class Codistillation(Algorithm):
                 )
         elif not large_clients:
             raise ConfigError("algorithm.large_clients: the list of high-capacity client ids is empty")
-        if clients_per_round < 1:
-            raise ConfigError(f"algorithm.clients_per_round must be >= 1, got {clients_per_round}")
-        for key, value in (("server_lr", server_lr), ("large_server_lr", large_server_lr),
-                           ("distill_lr", distill_lr), ("large_distill_lr", large_distill_lr)):
-            if value is not None and value <= 0:
-                raise ConfigError(f"algorithm.{key} must be > 0, got {value}")
-        if distill_steps < 1:
-            raise ConfigError(f"algorithm.distill_steps must be >= 1, got {distill_steps}")
-        if distill_batch_size < 1:
-            raise ConfigError(f"algorithm.distill_batch_size must be >= 1, got {distill_batch_size}")
-        if temperature <= 0:
-            raise ConfigError(f"algorithm.temperature must be > 0, got {temperature}")
-        if not 0.0 <= student_reg <= 1.0:
-            raise ConfigError(f"algorithm.student_reg must be in [0, 1], got {student_reg}")
-        if decay_rounds is not None and decay_rounds < 1:
-            raise ConfigError(f"algorithm.decay_rounds must be >= 1 (or null for a constant rate), got {decay_rounds}")
         self.small_arch, self.large_arch = small_arch, large_arch
         self.large_clients = large_clients
         self.clients_per_round = clients_per_round
@@ -368,10 +355,10 @@ class PeriodicCodist(Codistillation):
         **kwargs: see :class:`Codistillation`.
     """
 
-    def __init__(self, period: int = 200, distill_steps: int = 200, reset_moments: bool = True, **kwargs: Any) -> None:
+    def __init__(
+        self, period: PositiveInt = 200, distill_steps: int = 200, reset_moments: bool = True, **kwargs: Any
+    ) -> None:
         super().__init__(distill_steps=distill_steps, **kwargs)
-        if period < 1:
-            raise ConfigError(f"algorithm.period must be >= 1, got {period}")
         self.period = period
         self.reset_moments = reset_moments
 
@@ -404,10 +391,8 @@ class MergedCodist(Codistillation):
         **kwargs: see :class:`Codistillation`.
     """
 
-    def __init__(self, merge_alpha: float = 0.5, distill_steps: int = 32, **kwargs: Any) -> None:
+    def __init__(self, merge_alpha: UnitInterval = 0.5, distill_steps: int = 32, **kwargs: Any) -> None:
         super().__init__(distill_steps=distill_steps, **kwargs)
-        if not 0.0 <= merge_alpha <= 1.0:
-            raise ConfigError(f"algorithm.merge_alpha must be in [0, 1], got {merge_alpha}")
         self.merge_alpha = float(merge_alpha)
 
     def round_alpha(self) -> float:

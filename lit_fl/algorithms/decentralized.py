@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lit_fl.algorithms.base import Algorithm, nanmean
+from lit_fl.constraints import Fraction
 from lit_fl.errors import ConfigError
 from lit_fl.federation.selection import Participants, select_participants
 
@@ -47,10 +48,8 @@ class DecentralizedAlgorithm(Algorithm):
         fixed_aggregator: pin the aggregator to this client id every round (ablation, DFML A.4.2).
     """
 
-    def __init__(self, sender_fraction: float = 0.5, fixed_aggregator: int | None = None, **kwargs: Any) -> None:
+    def __init__(self, sender_fraction: Fraction = 0.5, fixed_aggregator: int | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if not 0.0 < sender_fraction <= 1.0:
-            raise ConfigError(f"algorithm.sender_fraction must be in (0, 1], got {sender_fraction}")
         if fixed_aggregator is not None and fixed_aggregator < 0:
             raise ConfigError(f"algorithm.fixed_aggregator must be a client id >= 0, got {fixed_aggregator}")
         self.sender_fraction = sender_fraction

@@ -18,6 +18,7 @@ from lit_fl.algorithms.base import RoundResult, nanmean, phase_losses
 from lit_fl.algorithms.decentralized import DecentralizedAlgorithm
 from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.choices import SupervisedLoss
+from lit_fl.constraints import NonNegativeFloat, NonNegativeInt
 from lit_fl.errors import ConfigError
 from lit_fl.federation.selection import num_senders
 
@@ -165,12 +166,8 @@ class DefKT(PairwiseExchange):
 
     logs_fusion_loss = True
 
-    def __init__(self, fusion_epochs: int = 1, kl_weight: float = 1.0, **kwargs: Any) -> None:
+    def __init__(self, fusion_epochs: NonNegativeInt = 1, kl_weight: NonNegativeFloat = 1.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if fusion_epochs < 0:
-            raise ConfigError(f"algorithm.fusion_epochs must be >= 0, got {fusion_epochs}")
-        if not kl_weight >= 0:
-            raise ConfigError(f"algorithm.kl_weight must be >= 0, got {kl_weight}")
         self.fusion_epochs = fusion_epochs
         self.kl_weight = float(kl_weight)
 

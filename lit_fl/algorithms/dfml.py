@@ -9,7 +9,7 @@ from lit_fl.algorithms.base import RoundResult
 from lit_fl.algorithms.decentralized import DecentralizedAlgorithm
 from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.choices import SupervisedLoss
-from lit_fl.errors import ConfigError
+from lit_fl.constraints import BatchStatisticsSize, NonNegativeInt, PositiveFloat, PositiveInt, UnitInterval
 from lit_fl.federation.alpha import AlphaSchedule
 
 if TYPE_CHECKING:
@@ -49,31 +49,21 @@ class DFML(DecentralizedAlgorithm):
 
     def __init__(
         self,
-        mutual_epochs: int = 10,
-        alpha_max: float = 0.9,
-        period: int = 10,
-        period_increment: int = 10,
+        mutual_epochs: NonNegativeInt = 10,
+        alpha_max: UnitInterval = 0.9,
+        period: PositiveInt = 10,
+        period_increment: NonNegativeInt = 10,
         alpha_schedule: Literal["cyclic", "fixed"] = "cyclic",
-        peak_updates: int = 1,
+        peak_updates: PositiveInt = 1,
         weighted_kl: bool = True,
         mutual: bool = True,
-        temperature: float = 1.0,
-        noise_batches: int = 0,
-        noise_batch_size: int = 128,
+        temperature: PositiveFloat = 1.0,
+        noise_batches: NonNegativeInt = 0,
+        noise_batch_size: BatchStatisticsSize = 128,
         loss: SupervisedLoss = "wsm",
         **kwargs: Any,
     ) -> None:
         super().__init__(loss=loss, **kwargs)
-        if mutual_epochs < 0:
-            raise ConfigError(f"algorithm.mutual_epochs must be >= 0, got {mutual_epochs}")
-        if peak_updates < 1:
-            raise ConfigError(f"algorithm.peak_updates must be >= 1, got {peak_updates}")
-        if temperature <= 0:
-            raise ConfigError(f"algorithm.temperature must be > 0, got {temperature}")
-        if noise_batches < 0:
-            raise ConfigError(f"algorithm.noise_batches must be >= 0, got {noise_batches}")
-        if noise_batch_size < 2:
-            raise ConfigError(f"algorithm.noise_batch_size must be >= 2 (batch statistics), got {noise_batch_size}")
         self.mutual_epochs = mutual_epochs
         self.alpha = AlphaSchedule(alpha_max, period, period_increment, alpha_schedule)
         self.peak_updates = peak_updates

@@ -40,6 +40,14 @@ from lit_fl import steps
 from lit_fl.algorithms.base import Algorithm, RoundResult, nanmean, phase_losses
 from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.choices import BN_STATS, STUDENT_RUNNING_STATS, BNStats, StudentRunningStats, SupervisedLoss
+from lit_fl.constraints import (
+    BatchStatisticsSize,
+    Fraction,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+)
 from lit_fl.errors import ConfigError
 from lit_fl.models import create_model, num_parameters
 from lit_fl.steps.optim import SGDConfig
@@ -101,20 +109,20 @@ class FedORION(Algorithm):
     def __init__(
         self,
         global_arch: str | None = None,
-        client_fraction: float = 0.3,
+        client_fraction: Fraction = 0.3,
         no_dml: list[int] | Literal["global_arch"] | None = None,
-        server_epochs: int = 5,
-        noise_steps: int = 1,
-        noise_batch_size: int = 128,
+        server_epochs: NonNegativeInt = 5,
+        noise_steps: PositiveInt = 1,
+        noise_batch_size: BatchStatisticsSize = 128,
         server_lr: float = 0.001,
         server_momentum: float = 0.9,
         server_weight_decay: float = 0.0,
-        global_lr: float = 0.001,
+        global_lr: PositiveFloat = 0.001,
         bn_stats: BNStats = "current",
         student_running_stats: StudentRunningStats = "keep",
         aggregation: Literal["uniform", "samples"] = "uniform",
         aggregate: bool = True,
-        kl_weight: float = 1.0,
+        kl_weight: NonNegativeFloat = 1.0,
         global_label_loss: bool = True,
         local_epochs: int = 10,
         loss: SupervisedLoss = "ce",
@@ -131,18 +139,10 @@ class FedORION(Algorithm):
             weight_decay=weight_decay,
             batch_size=batch_size,
         )
-        if not 0.0 < client_fraction <= 1.0:
-            raise ConfigError(f"algorithm.client_fraction must be in (0, 1], got {client_fraction}")
         if isinstance(no_dml, str) and no_dml != GLOBAL_ARCH:
             raise ConfigError(f"algorithm.no_dml must be a list of client ids or {GLOBAL_ARCH!r}; got {no_dml!r}")
         if isinstance(no_dml, (list, tuple)) and any(int(n) < 0 for n in no_dml):
             raise ConfigError(f"algorithm.no_dml: client ids must be >= 0, got {list(no_dml)}")
-        if server_epochs < 0:
-            raise ConfigError(f"algorithm.server_epochs must be >= 0, got {server_epochs}")
-        if noise_steps < 1:
-            raise ConfigError(f"algorithm.noise_steps must be >= 1, got {noise_steps}")
-        if noise_batch_size < 2:
-            raise ConfigError(f"algorithm.noise_batch_size must be >= 2 (batch statistics), got {noise_batch_size}")
         if bn_stats not in BN_STATS:
             raise ConfigError(f"algorithm.bn_stats must be one of {', '.join(BN_STATS)}; got {bn_stats!r}")
         if student_running_stats not in STUDENT_RUNNING_STATS:
@@ -150,12 +150,8 @@ class FedORION(Algorithm):
                 f"algorithm.student_running_stats must be one of {', '.join(STUDENT_RUNNING_STATS)}; "
                 f"got {student_running_stats!r}"
             )
-        if global_lr <= 0:
-            raise ConfigError(f"algorithm.global_lr must be > 0, got {global_lr}")
         if aggregation not in ("uniform", "samples"):
             raise ConfigError(f"algorithm.aggregation must be one of uniform, samples; got {aggregation!r}")
-        if kl_weight < 0:
-            raise ConfigError(f"algorithm.kl_weight must be >= 0, got {kl_weight}")
         self.global_arch = global_arch
         self.client_fraction = client_fraction
         self.no_dml_option = no_dml if isinstance(no_dml, str) else sorted({int(n) for n in no_dml or []})

@@ -18,6 +18,7 @@ from lit_fl.algorithms.base import RoundResult, phase_losses
 from lit_fl.algorithms.local import Local
 from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.algorithms.unit_representation import ModelSplit
+from lit_fl.constraints import PositiveInt
 from lit_fl.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -50,10 +51,8 @@ class FedPer(Local):
     sends_models = True
     uses_topology = True
 
-    def __init__(self, num_peers: int = 5, classifier_modules: list[str] | None = None, **kwargs: Any) -> None:
+    def __init__(self, num_peers: PositiveInt = 5, classifier_modules: list[str] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if num_peers < 1:
-            raise ConfigError(f"algorithm.num_peers must be >= 1, got {num_peers}")
         self.num_peers = num_peers
         self.split = ModelSplit(classifier_modules)
         self.feature_keys: list[str] = []

@@ -6,7 +6,7 @@ from typing import Any
 
 from lit_fl.algorithms.fedavg import DecentralizedFedAvg
 from lit_fl.algorithms.registry import register_algorithm
-from lit_fl.errors import ConfigError
+from lit_fl.constraints import NonNegativeFloat
 
 
 @register_algorithm
@@ -20,9 +20,7 @@ class DecentralizedFedProx(DecentralizedFedAvg):
         mu: weight of the proximal term (A.3.2 grid {0.5, 1, 2}; default 1). ``mu = 0`` is exactly FedAvg.
     """
 
-    def __init__(self, mu: float = 1.0, **kwargs: Any) -> None:
+    def __init__(self, mu: NonNegativeFloat = 1.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if not mu >= 0:  # also rejects NaN
-            raise ConfigError(f"algorithm.mu must be >= 0, got {mu}")
         self.mu = float(mu)
         self.prox_mu = self.mu  # the local phase's proximal weight

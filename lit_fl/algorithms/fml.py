@@ -19,7 +19,7 @@ from lit_fl.algorithms.base import RoundResult, nanmean, phase_losses
 from lit_fl.algorithms.decentralized import DecentralizedAlgorithm
 from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.choices import SupervisedLoss
-from lit_fl.errors import ConfigError
+from lit_fl.constraints import PositiveInt, UnitInterval
 from lit_fl.models import create_model, num_parameters
 
 if TYPE_CHECKING:
@@ -51,18 +51,13 @@ class DecentralizedFML(DecentralizedAlgorithm):
     def __init__(
         self,
         meme_arch: str | None = None,
-        mutual_epochs: int = 1,
-        fml_alpha: float = 0.5,
-        fml_beta: float = 0.5,
+        mutual_epochs: PositiveInt = 1,
+        fml_alpha: UnitInterval = 0.5,
+        fml_beta: UnitInterval = 0.5,
         loss: SupervisedLoss = "wsm",
         **kwargs: Any,
     ) -> None:
         super().__init__(loss=loss, **kwargs)
-        if mutual_epochs < 1:
-            raise ConfigError(f"algorithm.mutual_epochs must be >= 1, got {mutual_epochs}")
-        for key, value in (("fml_alpha", fml_alpha), ("fml_beta", fml_beta)):
-            if not 0.0 <= value <= 1.0:
-                raise ConfigError(f"algorithm.{key} must be in [0, 1], got {value}")
         self.meme_arch = meme_arch
         self.mutual_epochs = mutual_epochs
         self.fml_alpha, self.fml_beta = float(fml_alpha), float(fml_beta)

@@ -15,7 +15,7 @@ from lit_fl import steps
 from lit_fl.algorithms.base import Algorithm, RoundResult, nanmean, phase_losses
 from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.choices import SupervisedLoss
-from lit_fl.errors import ConfigError
+from lit_fl.constraints import Fraction
 from lit_fl.steps.optim import SGDConfig
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ class Local(Algorithm):
 
     def __init__(
         self,
-        lr_decay: float = 0.95,
+        lr_decay: Fraction = 0.95,
         local_epochs: int = 1,
         loss: SupervisedLoss = "ce",
         lr: float = 0.05,
@@ -62,8 +62,6 @@ class Local(Algorithm):
             weight_decay=weight_decay,
             batch_size=batch_size,
         )
-        if not 0.0 < lr_decay <= 1.0:
-            raise ConfigError(f"algorithm.lr_decay must be in (0, 1], got {lr_decay}")
         self.lr_decay = float(lr_decay)
 
     def round_lr(self, round_: int) -> float:

@@ -43,7 +43,7 @@ from lit_fl.algorithms.base import RoundResult, phase_losses
 from lit_fl.algorithms.fedper import FedPer, snapshot_states
 from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.algorithms.unit_representation import pair_divergences, unit_input, unit_representations
-from lit_fl.errors import ConfigError
+from lit_fl.constraints import NonNegativeFloat, OpenUnitInterval
 from lit_fl.steps.optim import SGDConfig
 
 if TYPE_CHECKING:
@@ -77,20 +77,14 @@ class UAPDFL(FedPer):
 
     def __init__(
         self,
-        threshold: float = 0.1,
-        mu: float = 0.01,
+        threshold: NonNegativeFloat = 0.1,
+        mu: NonNegativeFloat = 0.01,
         client_dropout: bool = True,
         layer_wise: bool = True,
-        eps: float = 1e-8,
+        eps: OpenUnitInterval = 1e-8,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if not threshold >= 0:
-            raise ConfigError(f"algorithm.threshold (th_I) must be >= 0, got {threshold}")
-        if not mu >= 0:
-            raise ConfigError(f"algorithm.mu must be >= 0, got {mu}")
-        if not 0 < eps < 1:
-            raise ConfigError(f"algorithm.eps must be in (0, 1), got {eps}")
         self.threshold = float(threshold)
         self.mu = float(mu)
         self.client_dropout = client_dropout

@@ -45,16 +45,15 @@ def main(argv: Sequence[str]) -> int:
 
 
 def sweep(args: argparse.Namespace, rest: list[str]) -> int:
+    from lit_fl.constraints import PositiveInt, bounds_of
     from lit_fl.suite.engine import grid_size
     from lit_fl.suite.manifest import Manifest, is_sweep_dir
     from lit_fl.suite.plan import check_commands, check_paper, normalise_overrides, plan_sweep
     from lit_fl.suite.sweep_file import load_sweep_file
     from lit_fl.validation import check_output_folder
 
-    if args.jobs < 1:
-        raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
-    if args.count is not None and args.count < 1:
-        raise ConfigError(f"--count must be >= 1, got {args.count}")
+    for option, value in (("--jobs", args.jobs), ("--count", args.count)):
+        bounds_of(PositiveInt).check(option, value)  # type: ignore[union-attr]
     check_output_folder(Path(args.run_dir), "--run_dir")
     overrides = normalise_overrides(rest)
     sweep_file = load_sweep_file(args.sweep)

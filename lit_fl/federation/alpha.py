@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+from lit_fl.constraints import NonNegativeInt, PositiveInt, UnitInterval, check_fields
 from lit_fl.errors import ConfigError
 
 
@@ -27,18 +28,13 @@ class AlphaSchedule:
     Stateless: ``alpha(t)`` is a function of the round alone, so resumed runs cannot drift.
     """
 
-    alpha_max: float = 0.9
-    period: int = 10
-    period_increment: int = 10
+    alpha_max: UnitInterval = 0.9
+    period: PositiveInt = 10
+    period_increment: NonNegativeInt = 10
     schedule: Literal["cyclic", "fixed"] = "cyclic"
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.alpha_max <= 1.0:
-            raise ConfigError(f"algorithm.alpha_max must be in [0, 1], got {self.alpha_max}")
-        if self.period < 1:
-            raise ConfigError(f"algorithm.period must be >= 1, got {self.period}")
-        if self.period_increment < 0:
-            raise ConfigError(f"algorithm.period_increment must be >= 0, got {self.period_increment}")
+        check_fields(self, "algorithm.")
         if self.schedule not in ("cyclic", "fixed"):
             raise ConfigError(f"algorithm.alpha_schedule must be one of cyclic, fixed; got {self.schedule!r}")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lit_fl.errors import ConfigError
+from lit_fl.constraints import UnitInterval, check_fields
 
 
 @dataclass
@@ -19,14 +19,11 @@ class FaultsConfig:
             locally trained model (and gets no peak update).
     """
 
-    drop_prob: float = 0.0
-    return_drop_prob: float = 0.0
+    drop_prob: UnitInterval = 0.0
+    return_drop_prob: UnitInterval = 0.0
 
     def __post_init__(self) -> None:
-        for key in ("drop_prob", "return_drop_prob"):
-            value = getattr(self, key)
-            if not 0.0 <= value <= 1.0:
-                raise ConfigError(f"faults.{key} must be in [0, 1], got {value}")
+        check_fields(self, "faults.")
 
     @property
     def enabled(self) -> bool:

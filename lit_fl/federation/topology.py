@@ -12,6 +12,7 @@ from typing import Literal
 
 import numpy as np
 
+from lit_fl.constraints import PositiveInt, check_fields
 from lit_fl.errors import ConfigError
 
 TopologyName = Literal["mesh", "two_group", "ring", "regular"]
@@ -34,14 +35,13 @@ class TopologyConfig:
     """
 
     name: TopologyName = "mesh"
-    degree: int = 4
+    degree: PositiveInt = 4
     relay: bool = False
 
     def __post_init__(self) -> None:
         if self.name not in TOPOLOGIES:
             raise ConfigError(f"topology.name: {self.name!r} is not allowed; allowed: {', '.join(TOPOLOGIES)}")
-        if self.degree < 1:
-            raise ConfigError(f"topology.degree must be >= 1, got {self.degree}")
+        check_fields(self, "topology.")
 
 
 class RelayError(RuntimeError):

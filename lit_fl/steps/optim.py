@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from lit_fl.errors import ConfigError
+from lit_fl.constraints import Momentum, NonNegativeFloat, PositiveFloat, check_arguments
 
 if TYPE_CHECKING:
     import torch
@@ -17,20 +17,17 @@ if TYPE_CHECKING:
 class SGDConfig:
     """SGD of DFML A.2: momentum 0.9, weight decay 5e-4, lr from {0.1, 0.01, 0.001}."""
 
-    lr: float = 0.01
-    momentum: float = 0.9
-    weight_decay: float = 5e-4
+    lr: PositiveFloat = 0.01
+    momentum: Momentum = 0.9
+    weight_decay: NonNegativeFloat = 5e-4
 
     #: how errors name the three settings: ``{key}lr``, ``{key}momentum``, ``{key}weight_decay``
     key: str = "optimizer."
 
     def __post_init__(self) -> None:
-        if self.lr <= 0:
-            raise ConfigError(f"{self.key}lr must be > 0, got {self.lr}")
-        if not 0 <= self.momentum < 1:
-            raise ConfigError(f"{self.key}momentum must be in [0, 1), got {self.momentum}")
-        if self.weight_decay < 0:
-            raise ConfigError(f"{self.key}weight_decay must be >= 0, got {self.weight_decay}")
+        """The ranges of the fields' types (:mod:`lit_fl.constraints`), named ``{key}lr`` and so on."""
+        check_arguments(SGDConfig, {"lr": self.lr, "momentum": self.momentum, "weight_decay": self.weight_decay},
+                        self.key)
 
     def build(self, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
         """One SGD over ``params``. Over several models it equals one SGD per model (all per-parameter).

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from lit_fl.errors import ConfigError
 from lit_fl.steps.placement import Placement
-from lit_fl.steps.precision import PRECISIONS, Precision
+from lit_fl.steps.precision import Precision
 
 if TYPE_CHECKING:
     import lightning as L
@@ -45,14 +45,11 @@ class StepRunner:
         num_nodes: int = 1,
         fuse: str = "off",
     ) -> None:
-        if precision not in PRECISIONS:
-            raise ConfigError(f"trainer.precision: {precision!r} is not allowed; allowed: {', '.join(PRECISIONS)}")
+        from lit_fl.config import TrainerConfig
+
+        TrainerConfig(accelerator, devices, num_nodes, precision=precision, fuse=fuse)  # the keys' rules, written once
         if precision == "16-mixed" and not _gpu_selected(accelerator):
             raise ConfigError("trainer.precision: 16-mixed needs a GPU; allowed on CPU: 32-true, bf16-mixed")
-        if devices < 1 or num_nodes < 1:
-            raise ConfigError(f"trainer.devices and trainer.num_nodes must be >= 1, got {devices} and {num_nodes}")
-        if fuse not in ("auto", "on", "off"):
-            raise ConfigError(f"trainer.fuse: {fuse!r} is not allowed; allowed: auto, on, off")
         from lightning.fabric import Fabric  # imported when a run starts: the command line stays fast
 
         multi = devices * num_nodes > 1
