@@ -33,7 +33,9 @@ class KernelCounter(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         if not func.is_view:
             self.by_phase_op[self.current, str(func.overloadpacket)] += 1
-        return func(*args, **(kwargs or {}))
+        out = func(*args, **(kwargs or {}))
+        _bump_written(func, args, kwargs or {})
+        return out
 
     @property
     def by_phase(self) -> Counter[str]:
@@ -63,3 +65,23 @@ class KernelCounter(TorchDispatchMode):
             yield
         finally:
             self.current = previous
+
+
+def _bump_written(func: Any, args: tuple, kwargs: dict) -> None:
+    """Bump the version counter of every tensor ``func`` wrote in place. Under a Python dispatch mode PyTorch skips
+    that for multi-tensor (``_foreach_*``) in-place ops, the ones optimizers and weight copies use; lit-fl's
+    evaluator tells changed weights by those counters, so without this a counted run would evaluate stale models
+    (and count too few kernels)."""
+    import torch
+    from torch.autograd.graph import increment_version
+
+    if not func.overloadpacket.__name__.startswith("_foreach_"):
+        return
+    schema = func._schema.arguments
+    for index, argument in enumerate(schema):
+        if argument.alias_info is None or not argument.alias_info.is_write:
+            continue
+        value = args[index] if index < len(args) else kwargs.get(argument.name)
+        for tensor in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(tensor, torch.Tensor):
+                increment_version(tensor)

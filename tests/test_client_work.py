@@ -172,3 +172,23 @@ def test_num_participants_of_a_gossip_round_counts_every_client_that_moved_a_mod
     assert RoundResult(aggregator=0, senders=(1, 2)).participants([(1, 0, 1.0), (0, 1, 1.0)]) == 3
     assert RoundResult(senders=(3,)).participants([(3, -1, 1.0), (-1, 3, 1.0)]) == 1
     assert RoundResult(num_participants=10).participants(ring) == 10
+
+
+def test_counting_kernels_keeps_the_version_counters_the_evaluator_reads() -> None:
+    """Under a Python dispatch mode PyTorch leaves version counters alone for ``_foreach_*`` in-place ops (the SGD
+    step, weight copies); the kernel counter bumps them itself, so a counted run evaluates what an uncounted run
+    evaluates."""
+    from lit_fl.federation.fingerprint import stamp
+    from lit_fl.kernel_count import KernelCounter
+    from lit_fl.steps import load_weights
+
+    model, other = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+    for p in model.parameters():
+        p.grad = torch.ones_like(p)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, foreach=True)
+    with KernelCounter() as counter:
+        before = stamp(model)
+        optimizer.step()
+        after_step = stamp(model)
+        load_weights(model, other.state_dict())
+    assert before != after_step != stamp(model) and counter.total > 0
