@@ -68,7 +68,7 @@ class Evaluator:
         fuse: bool = False,
     ) -> None:
         self.batch_size = batch_size
-        #: models of one architecture are evaluated as one fused module (``trainer.fuse``, one process)
+        #: models of one architecture are evaluated as one fused module (``trainer.fuse``; each process its own)
         self.fuse = fuse
         self.autocast = autocast
         self.placement = placement  # several processes: passes are split over ranks
@@ -188,48 +188,52 @@ class Evaluator:
 
     def _run_all(self, passes: dict[WeightsKey, _Pass], fed: Federation) -> None:
         """Run the passes; with several processes the passes are balanced over ranks by cost (samples x
-        parameters) and the correct counts are summed over ranks (integers: exact)."""
+        parameters) and the correct counts are summed over ranks (integers: exact). With ``fuse`` every process
+        fuses the passes it runs."""
         placement = self.placement
         if placement is None or not placement.distributed:
-            if self.fuse:
-                passes = self._run_fused(passes, fed)
-            for key, work in passes.items():
-                self._store(key, work, self._count(work, fed), fed)
+            for (key, work), counts in zip(passes.items(), self._counts(list(passes.values()), fed)):
+                self._store(key, work, counts, fed)
             return
         sizes = [int(w.test) + len(w.val_clients) for w in passes.values()]
         device = fed.data.test_y.device
         if not placement.agree([len(sizes), sum(sizes)], device):
             raise RuntimeError("the processes' federations diverged: they planned different evaluation passes")
-        counts = torch.zeros(sum(sizes), dtype=torch.int64, device=device)
         ranks = placement.spread([_pass_cost(w, fed) for w in passes.values()])
-        offset = 0
-        for work, size, rank in zip(passes.values(), sizes, ranks):
-            if rank == placement.rank:
-                counts[offset : offset + size] = torch.tensor(self._count(work, fed), dtype=torch.int64)
-            offset += size
-        placement.all_reduce_sum(counts)
-        offset = 0
-        for (key, work), size in zip(passes.items(), sizes):
-            self._store(key, work, [int(c) for c in counts[offset : offset + size]], fed)
-            offset += size
+        offsets = [sum(sizes[:i]) for i in range(len(sizes))]
+        mine = [i for i, rank in enumerate(ranks) if rank == placement.rank]
+        works = list(passes.values())
+        counts = torch.zeros(sum(sizes), dtype=torch.int64)
+        for i, row in zip(mine, self._counts([works[i] for i in mine], fed)):
+            counts[offsets[i] : offsets[i] + sizes[i]] = torch.tensor(row, dtype=torch.int64)
+        counts = placement.all_reduce_sum(counts.to(device)).tolist()
+        for (key, work), size, offset in zip(passes.items(), sizes, offsets):
+            self._store(key, work, counts[offset : offset + size], fed)
 
-    def _run_fused(self, passes: dict[WeightsKey, _Pass], fed: Federation) -> dict[WeightsKey, _Pass]:
-        """Run the passes of same-architecture models fused (:mod:`~lit_fl.federation.fused_evaluation`), groups
-        of passes that both do or both skip the test set; returns the passes left to run one by one."""
+    def _counts(self, works: list[_Pass], fed: Federation) -> list[list[int]]:
+        """The correct counts of every pass: the passes of one architecture fused (``fuse``), the others alone."""
+        counts: list[list[int] | None] = [None] * len(works)
+        if self.fuse:
+            for i, row in self._fused_counts(works, fed).items():
+                counts[i] = row
+        return [row if row is not None else self._count(work, fed) for row, work in zip(counts, works)]
+
+    def _fused_counts(self, works: list[_Pass], fed: Federation) -> dict[int, list[int]]:
+        """Counts of the passes that fuse (:mod:`~lit_fl.federation.fused_evaluation`): groups of same-architecture
+        passes that both do or both skip the test set."""
         from lit_fl.federation.fused_evaluation import fused_counts
         from lit_fl.steps.fusion import fusion_groups
 
-        keys, works = list(passes), list(passes.values())
         modes = [w.model.training for w in works]
         for w in works:
             w.model.eval()
+        out: dict[int, list[int]] = {}
         try:
-            done: set[int] = set()
             for test in (True, False):
                 chosen = [i for i, w in enumerate(works) if w.test == test]
                 for group in fusion_groups([works[i].model for i in chosen], [True] * len(chosen)):
                     members = [chosen[i] for i in group]
-                    counts = fused_counts(
+                    rows = fused_counts(
                         [works[i].model for i in members],
                         (fed.data.test_x, fed.data.test_y) if test else None,
                         [[c.val_idx for c in works[i].val_clients] for i in members],
@@ -237,13 +241,11 @@ class Evaluator:
                         self._batch_size(fed),
                         self.autocast,
                     )
-                    for i, row in zip(members, counts):
-                        self._store(keys[i], works[i], row, fed)
-                    done.update(members)
+                    out.update(zip(members, rows))
         finally:
             for w, mode in zip(works, modes):
                 w.model.train(mode)
-        return {k: w for i, (k, w) in enumerate(passes.items()) if i not in done}
+        return out
 
     def _batch_size(self, fed: Federation) -> int:
         return self.batch_size or BATCH_SIZES.get(fed.data.test_x.device.type, ACCELERATOR_BATCH_SIZE)
