@@ -108,10 +108,11 @@ class TrainerConfig:
         precision: 32-true, bf16-mixed or 16-mixed (GPU only; with several processes each keeps its own
             gradient scaler, so 16-mixed results depend on the process count: bf16-mixed needs no scaler).
         fuse: run the models of one architecture as one vectorised module where they learn from the same batch
-            (DFML's mutual learning, deep mutual learning, noise distillation), train on their own data (local
-            training; not models with BatchNorm) and are evaluated: ``on``, ``off``, or ``auto`` = on where it
-            is faster, on a GPU (a round of small models is bound by kernel launches there), off on a CPU. Same
-            math within float32 rounding; one process only (several processes run unfused).
+            (DFML's mutual learning, noise distillation), train on their own data (every method's client work:
+            local training, client DML, Def-KT's fusion, ...; not models with BatchNorm) and are evaluated:
+            ``on``, ``off``, or ``auto`` = on where it is faster, on a GPU (a round of small models is bound by
+            kernel launches there), off on a CPU. Same math within float32 rounding; with several processes each
+            fuses the work it owns.
     """
 
     accelerator: str = "auto"
