@@ -37,3 +37,17 @@ def test_skipping_batches_advances_the_stream_exactly_as_iterating(augment: str)
     list(ClientBatches(x, y, torch.arange(37), 8, iterated, epochs=2, augment=augment))
     ClientBatches(x, y, torch.arange(37), 8, skipped, epochs=2, augment=augment).skip()
     assert torch.equal(iterated.get_state(), skipped.get_state())
+
+
+def test_fused_placement_keeps_each_architecture_on_one_rank_and_balances_their_number() -> None:
+    """Fused, a rank launches the kernels of every architecture it holds: whole kinds go to ranks, the most costly
+    first, to the rank with the fewest kinds (then the least cost)."""
+    placement = Placement([10.0, 1.0, 1.0, 5.0, 5.0, 2.0, 2.0, 1.0], rank=0, world_size=2)
+    kinds = ["a", "b", "b", "c", "c", "d", "d", "b"]
+    ranks = placement.assign_kinds(list(range(8)), kinds)
+    by_kind = {k: {r for r, kk in zip(ranks, kinds) if kk == k} for k in kinds}
+    assert all(len(r) == 1 for r in by_kind.values())  # no kind split over ranks
+    assert sorted(ranks.count(r) > 0 for r in (0, 1)) == [True, True]
+    assert by_kind["a"] != by_kind["c"]  # the two most costly kinds on different ranks
+    assert [len({k for k, r in by_kind.items() if r == {rank}}) for rank in (0, 1)] == [2, 2]
+    assert placement.assign_kinds([0, 1], ["a", "a"]) == placement.assign([0, 1])  # fewer kinds than ranks

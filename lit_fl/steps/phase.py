@@ -59,7 +59,9 @@ def run_phase(runner: StepRunner, works: Sequence[ClientWork | None]) -> list[Wo
     jobs: list[ClientWork] = [works[n] for n in todo]  # type: ignore[misc]
     plans = [job.batches.plan() for job in jobs]  # every process draws every order, in the works' order
     placement = runner.placement
-    owners = placement.assign([job.client for job in jobs])
+    clients = [job.client for job in jobs]
+    owners = placement.assign_kinds(clients, [work_kind(job) for job in jobs]) if runner.fuse else \
+        placement.assign(clients)
     mine = [k for k, owner in enumerate(owners) if owner == placement.rank]
     losses = [math.nan] * len(jobs)
     for group in fusion_plan([jobs[k] for k in mine], [plans[k] for k in mine], runner.fuse):
@@ -88,6 +90,26 @@ def fusion_plan(jobs: Sequence[ClientWork], plans: Sequence[list[PlannedBatch]],
     fused = [g for g in groups.values() if len(g) > 1]
     grouped = {k for g in fused for k in g}
     return fused + [[k] for k in range(len(jobs)) if k not in grouped]
+
+
+def work_kind(job: ClientWork) -> Hashable:
+    """What a work fuses with inside a batched step: its step's fusion key and its models' architectures (a work
+    that cannot fuse is a kind of its own)."""
+    from lit_fl.steps.fusion import signature
+
+    key = fusion_key(job.step)
+    if key is None:
+        return ("alone", job.client, id(job.step))
+    return (key, tuple(signature(m) for m in _models_of(job.step)))
+
+
+def _models_of(step: L.LightningModule) -> list:
+    """The models a step trains: its ``models`` (peer steps) or its ``model``."""
+    models = getattr(step, "models", None)
+    if models is not None:
+        return list(models)
+    model = getattr(step, "model", None)
+    return [model] if model is not None else []
 
 
 def fusion_key(step: L.LightningModule) -> Hashable | None:

@@ -52,6 +52,26 @@ class Placement:
         so every rank computes the same assignment."""
         return self.spread([self.cost(n) for n in clients])
 
+    def assign_kinds(self, clients: Sequence[int], kinds: Sequence[object]) -> list[int]:
+        """The rank of each of ``clients`` in a fused phase, where the clients of one ``kind`` (an architecture) run
+        as one fused module: a kind's launches cost the same for 1 or 50 clients, so whole kinds are placed (the
+        most costly first, each to the rank with the fewest kinds so far, ties: the least cost, then the lower
+        rank), and a rank launches the kernels of its own kinds only. Fewer kinds than ranks: :meth:`assign`."""
+        distinct = list(dict.fromkeys(kinds))
+        if not self.distributed or len(distinct) < self.world_size:
+            return self.assign(clients)
+        cost = {k: 0.0 for k in distinct}
+        for client, kind in zip(clients, kinds):
+            cost[kind] += self.cost(client)
+        count, load = [0] * self.world_size, [0.0] * self.world_size
+        rank_of: dict[object, int] = {}
+        for kind in sorted(distinct, key=lambda k: (-cost[k], distinct.index(k))):
+            r = min(range(self.world_size), key=lambda k: (count[k], load[k], k))
+            rank_of[kind] = r
+            count[r] += 1
+            load[r] += cost[kind]
+        return [rank_of[kind] for kind in kinds]
+
     def spread(self, costs: Sequence[float]) -> list[int]:
         """A rank for each of a phase's jobs with these ``costs`` (the rule of :meth:`assign`)."""
         if not self.distributed:

@@ -126,7 +126,7 @@ class StepRunner:
             if has_loss_counter(step):
                 step.loss_sum = torch.tensor(self.placement.share_values([float(step.loss_sum)], [0], self.device)[0])
             return returned
-        ranks = self.placement.assign(owners)
+        ranks = self._owner_ranks(step, owners)
         step.shard([r == self.placement.rank for r in ranks], self.placement.all_reduce_sum)
         returned = self.fit_here(step, batches)
         step.gather_losses(self.placement.all_reduce_sum)
@@ -134,6 +134,15 @@ class StepRunner:
             if trainable:
                 self.placement.broadcast_module(model, src=rank)
         return returned
+
+    def _owner_ranks(self, step: L.LightningModule, owners: Sequence[int]) -> list[int]:
+        """The rank of each of a peer step's models: by client cost, or fused, whole architectures per rank (each
+        rank then launches the kernels of its own architectures only: :meth:`Placement.assign_kinds`)."""
+        if not self.fuse:
+            return self.placement.assign(owners)
+        from lit_fl.steps.fusion import signature
+
+        return self.placement.assign_kinds(owners, [signature(m) for m in step.models])
 
     def fit_here(self, step: L.LightningModule, batches: Iterable[tuple[Tensor, Tensor]]) -> list[Tensor]:
         """Lightning's automatic optimisation of ``step`` over ``batches`` in this process (fused when the step
