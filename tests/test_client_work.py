@@ -103,12 +103,12 @@ def every_model(fed: Federation) -> list[torch.Tensor]:
 
 def run(name: str, fuse: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Federation, list[float], list[int]]:
     """``ROUNDS`` rounds of the method; its federation, train losses and the sizes of the groups the phase runner
-    ran (1: a work alone, n: n works fused)."""
+    ran (0: a work alone, unbatched; n: n works as one batched step)."""
     sizes: list[int] = []
 
-    def spy(runner: StepRunner, jobs: list[Any], plans: list[Any]) -> list[float]:
-        sizes.append(len(jobs))
-        return RUN_GROUP(runner, jobs, plans)
+    def spy(runner: StepRunner, jobs: list[Any], plans: list[Any], batched: bool) -> list[float]:
+        sizes.append(len(jobs) if batched else 0)  # 0: a work run alone, unbatched
+        return RUN_GROUP(runner, jobs, plans, batched)
 
     monkeypatch.setattr(phase, "_run_group", spy)
     fed, algo = federation(name), METHODS[name]()
@@ -125,7 +125,7 @@ def test_every_client_phase_runs_fused_and_equals_the_unfused_one(name: str, mon
     fused, fused_losses, fused_groups = run(name, "on", monkeypatch)
     unfused, unfused_losses, unfused_groups = run(name, "off", monkeypatch)
     assert fused_groups and min(fused_groups) >= 2, f"{name}: a client phase ran unfused: {fused_groups}"
-    assert set(unfused_groups) == {1}
+    assert set(unfused_groups) == {0}
     torch.testing.assert_close(torch.tensor(fused_losses), torch.tensor(unfused_losses), rtol=RTOL, atol=0.0)
     moved = 0
     for n, (a, b) in enumerate(zip(every_model(fused), every_model(unfused), strict=True)):

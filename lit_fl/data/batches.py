@@ -103,7 +103,9 @@ class StackedBatches:
         self.clients, self.plans = list(clients), list(plans)
         self.x_all, self.y_all = self.clients[0].x_all, self.clients[0].y_all
         steps = max(len(plan) for plan in self.plans)
-        width = max(len(p.indices) for plan in self.plans for p in plan)
+        # every step is as wide as the clients' batch size, whatever the group: a client's padded row, and so every
+        # reduction over it, is the same in any group (a phase fused on two processes equals one fused process)
+        width = max(max(len(p.indices) for plan in self.plans for p in plan), *(c.batch_size for c in self.clients))
         index, weight = [], []  # built as lists: one tensor each, not one write per batch
         for t in range(steps):
             for plan in self.plans:

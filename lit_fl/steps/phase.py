@@ -64,9 +64,10 @@ def run_phase(runner: StepRunner, works: Sequence[ClientWork | None]) -> list[Wo
         placement.assign(clients)
     mine = [k for k, owner in enumerate(owners) if owner == placement.rank]
     losses = [math.nan] * len(jobs)
-    for group in fusion_plan([jobs[k] for k in mine], [plans[k] for k in mine], runner.fuse):
+    for group, batched in fusion_plan([jobs[k] for k in mine], [plans[k] for k in mine], runner.fuse):
         chosen = [mine[i] for i in group]
-        for k, loss in zip(chosen, _run_group(runner, [jobs[k] for k in chosen], [plans[k] for k in chosen])):
+        for k, loss in zip(chosen, _run_group(runner, [jobs[k] for k in chosen], [plans[k] for k in chosen],
+                                              batched)):
             losses[k] = loss
     if placement.distributed:
         for job, owner in zip(jobs, owners):
@@ -78,18 +79,20 @@ def run_phase(runner: StepRunner, works: Sequence[ClientWork | None]) -> list[Wo
     return results
 
 
-def fusion_plan(jobs: Sequence[ClientWork], plans: Sequence[list[PlannedBatch]], fuse: bool) -> list[list[int]]:
-    """The order in which a process runs its works: groups of two or more works with equal fusion keys (in
-    first-appearance order), then every other work alone, in the works' order."""
+def fusion_plan(
+    jobs: Sequence[ClientWork], plans: Sequence[list[PlannedBatch]], fuse: bool
+) -> list[tuple[list[int], bool]]:
+    """The order in which a process runs its works, as ``(works, batched)``: with ``fuse``, the works with equal
+    fusion keys as one batched step each (in first-appearance order; a lone fusable work too, so that its arithmetic
+    is the same whichever works it shares a process with), then every other work alone, in the works' order."""
     groups: dict[Hashable, list[int]] = {}
     if fuse:
         for k, (job, plan) in enumerate(zip(jobs, plans)):
             key = fusion_key(job.step) if plan else None
             if key is not None:
                 groups.setdefault(key, []).append(k)
-    fused = [g for g in groups.values() if len(g) > 1]
-    grouped = {k for g in fused for k in g}
-    return fused + [[k] for k in range(len(jobs)) if k not in grouped]
+    grouped = {k for g in groups.values() for k in g}
+    return [(g, True) for g in groups.values()] + [([k], False) for k in range(len(jobs)) if k not in grouped]
 
 
 def work_kind(job: ClientWork) -> Hashable:
@@ -120,12 +123,14 @@ def fusion_key(step: L.LightningModule) -> Hashable | None:
     return key()
 
 
-def _run_group(runner: StepRunner, jobs: list[ClientWork], plans: list[list[PlannedBatch]]) -> list[float]:
-    """One work alone, or several as one batched step; their mean losses."""
-    if len(jobs) == 1:
+def _run_group(
+    runner: StepRunner, jobs: list[ClientWork], plans: list[list[PlannedBatch]], batched: bool
+) -> list[float]:
+    """One work alone, or works as one batched step; their mean losses."""
+    if not batched:
         job, plan = jobs[0], plans[0]
         return [phase_loss(job.step, runner.fit_here(job.step, (job.batches.cut(p) for p in plan)))]
     stacked = StackedBatches([job.batches for job in jobs], plans)
-    batched = type(jobs[0].step).batched([job.step for job in jobs], stacked.num_batches)
-    runner.fit_here(batched, stacked)
-    return batched.mean_losses()
+    step = type(jobs[0].step).batched([job.step for job in jobs], stacked.num_batches)
+    runner.fit_here(step, stacked)
+    return step.mean_losses()
