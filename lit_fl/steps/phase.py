@@ -8,9 +8,10 @@ the list to :meth:`StepRunner.run_phase <lit_fl.steps.runner.StepRunner.run_phas
    one by one, since a step never draws from the data-order stream);
 2. places the works on the processes by cost (:meth:`Placement.assign <lit_fl.steps.placement.Placement.assign>`);
 3. on each process, groups the works it owns that can fuse (``trainer.fuse``; steps of one kind whose
-   ``fusion_key()`` agree: same architectures, losses and SGD settings) into one batched step (the step class's
-   ``batched(steps, num_batches)``), in which every model trains on its own batches in the order it draws alone,
-   and runs the others one by one; other processes' works are not computed here (their draws were made in 1);
+   ``fusion_key()`` agree: same losses and SGD settings, any architectures) into one batched step (the step
+   class's ``batched(steps, num_batches)``), in which every model trains on its own batches in the order it draws
+   alone (a lone fusable work runs batched too: a work's arithmetic never depends on the works beside it), and
+   runs the others one by one; other processes' works are not computed here (their draws were made in 1);
 4. broadcasts every work's step (its models) from the process that ran it, and every work's values;
 5. returns one :class:`WorkResult` per work: the mean batch loss (NaN for None), the same on every process.
 
