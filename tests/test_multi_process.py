@@ -62,17 +62,23 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
         stop = ["--rounds", "2"] if name == "DFML" else []
         runs.append(["fit", "--config", str(cfg), "--run_dir", str(root / "two"), "--name", name,
                      "--trainer.accelerator", "cpu", "--trainer.devices", "2", *stop])
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-               "--master-port", str(free_port()), str(TESTS_DIR / "distributed_fit.py"), json.dumps(runs)]
-    returncode, stderr = run_bounded(command, env, timeout=180)
-    assert returncode == 0, stderr[-4000:]
+    fit_two_processes(runs, timeout=180)
     with one_thread():
         for name in configs():
             result = run_cli("fit", "--config", root / f"{name}.yaml", "--run_dir", root / "one", "--name", name,
                              "--trainer.accelerator", "cpu")
             assert result.rc == 0, result.err
     return root
+
+
+def fit_two_processes(runs: list[list[str]], timeout: float) -> None:
+    """Every ``lit-fl`` argument list of ``runs`` in one torchrun launch of 2 processes (gloo, one thread each,
+    W&B offline); fails the test with the launch's stderr if it does not end with 0."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+               "--master-port", str(free_port()), str(TESTS_DIR / "distributed_fit.py"), json.dumps(runs)]
+    returncode, stderr = run_bounded(command, env, timeout=timeout)
+    assert returncode == 0, stderr[-4000:]
 
 
 def run_bounded(command: list[str], env: dict[str, str], timeout: float) -> tuple[int, str]:

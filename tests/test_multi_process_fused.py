@@ -11,17 +11,14 @@ skipped update moves (percent-level changes of loss and accuracy)."""
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TESTS_DIR, run_cli, tiny_config, write_config
+from conftest import run_cli, tiny_config, write_config
 from test_codistillation import codist_config
-from test_multi_process import free_port, one_thread, run_bounded
+from test_multi_process import fit_two_processes, one_thread
 from test_resume import TIMING as RESUME_TIMING
 
 from lit_fl.tracking import read_metrics
@@ -81,11 +78,7 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
         cfg = write_config(root / f"{name}.yaml", config)
         runs.append(["fit", "--config", str(cfg), "--run_dir", str(root / "two"), "--name", name,
                      "--trainer.devices", "2"])
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-               "--master-port", str(free_port()), str(TESTS_DIR / "distributed_fit.py"), json.dumps(runs)]
-    returncode, stderr = run_bounded(command, env, timeout=420)
-    assert returncode == 0, stderr[-4000:]
+    fit_two_processes(runs, timeout=420)
     with one_thread():
         for name in configs():
             result = run_cli("fit", "--config", root / f"{name}.yaml", "--run_dir", root / "one", "--name", name)
