@@ -1,20 +1,24 @@
 """The paper's claims (``claims:`` of ``NAME.paper.yaml``) checked by ``lit-fl compare`` on hand-made runs: paired
-by seed (never by position, never unpaired), the verdict of the one-sided paired t-test, seeds and unfinished runs
-left out and named, one-line refusals of a malformed claim, and the Claims section of results.md and the
-dashboard."""
+by seed (never by position, never unpaired), the verdict of the one-sided paired t-test Holm-adjusted over the
+sweep's claims, seeds and unfinished runs left out and named, one-line refusals of a malformed claim, and the Claims
+section of results.md and the dashboard."""
 
 from __future__ import annotations
 
 import csv
 import json
 import math
+import random
 import statistics
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from conftest import run_cli
+from hypothesis import given
+from hypothesis import strategies as st
 
 from lit_fl.errors import ConfigError
 from lit_fl.suite.compare.claims import (
@@ -25,12 +29,13 @@ from lit_fl.suite.compare.claims import (
     TOO_FEW,
     ClaimResult,
     evaluate_claims,
+    holm_adjusted,
     paired_p_greater,
     run_value,
     student_t_sf,
 )
 from lit_fl.suite.compare.results import Comparison, Group, RunResult
-from lit_fl.suite.compare.table import claims_html, claims_markdown
+from lit_fl.suite.compare.table import CLAIMS_HEADER, claims_html, claims_markdown
 from lit_fl.suite.paper import Claim, Paper, load_paper
 
 DFML, FEDAVG, FEDPROX = "experiments/dfml.yaml", "experiments/fedavg.yaml", "experiments/fedprox.yaml"
@@ -91,6 +96,64 @@ def test_the_paired_p_value_is_scipys_one_sided_paired_t_test() -> None:
     for df in range(1, 30):
         for t in (-4.0, -0.5, 0.3, 1.7, 3.1, 25.0):
             assert student_t_sf(t, df) == pytest.approx(stats.t.sf(t, df), abs=1e-12)
+
+
+# --- Holm's adjustment ----------------------------------------------------------------------------------------
+
+
+def test_holm_adjusts_a_hand_computed_family_and_leaves_nan_out() -> None:
+    """Sorted 0.005, 0.01, 0.03, 0.04 with m = 4: 4·0.005 = 0.02, 3·0.01 = 0.03, 2·0.03 = 0.06, then 1·0.04 = 0.04
+    is raised to the running max 0.06; the NaN (a pair with one seed) stays NaN and does not make m = 5."""
+    ps = [0.01, 0.04, math.nan, 0.03, 0.005]
+    adjusted = holm_adjusted(ps)
+    assert math.isnan(adjusted[2])
+    expected = [0.03, 0.06, 0.06, 0.02]
+    got = adjusted[:2] + adjusted[3:]
+    assert all(math.isclose(a, e, rel_tol=4e-15) for a, e in zip(got, expected)), got  # a few ulps of (m-j+1)·p
+    assert holm_adjusted([]) == [] and holm_adjusted([0.03]) == [0.03] and holm_adjusted([0.6, 0.7]) == [1.0, 1.0]
+
+
+def holm_reference(ps: list[float]) -> list[float]:
+    """Holm (1979) as written: rank r of each p among the m non-NaN ones (1 = smallest, ties by position), then the
+    max over ranks j <= r of min(1, (m - j + 1) p_(j))."""
+    kept = [(p, i) for i, p in enumerate(ps) if not math.isnan(p)]
+    ranked = sorted(kept)
+    m = len(ranked)
+    out = [math.nan] * len(ps)
+    for r, (_, i) in enumerate(ranked, start=1):
+        out[i] = max(min(1.0, (m - j + 1) * ranked[j - 1][0]) for j in range(1, r + 1))
+    return out
+
+
+P_VALUES = st.lists(st.one_of(st.floats(0.0, 1.0), st.just(math.nan), st.sampled_from([0.0, 0.01, 0.05, 1.0])),
+                    max_size=12)
+
+
+@given(P_VALUES)
+def test_holm_is_the_reference_monotone_at_least_p_and_at_most_1(ps: list[float]) -> None:
+    adjusted = holm_adjusted(ps)
+    reference = holm_reference(ps)
+    assert len(adjusted) == len(ps)
+    for p, a, ref in zip(ps, adjusted, reference):
+        if math.isnan(p):
+            assert math.isnan(a)
+            continue
+        assert a == ref and p <= a <= 1.0
+    kept = sorted((p, a) for p, a in zip(ps, adjusted) if not math.isnan(p))
+    assert all(a1 <= a2 for (_, a1), (_, a2) in zip(kept, kept[1:]))  # monotone in the order of p
+    if len(kept) == 1:
+        assert kept[0][1] == kept[0][0]  # a family of one: Holm is p itself
+
+
+def test_holm_on_random_families_with_a_fixed_seed() -> None:
+    rng = random.Random(1979)
+    for _ in range(500):
+        ps = [rng.choice((math.nan, rng.random() * 0.1, rng.random())) for _ in range(rng.randint(0, 15))]
+        adjusted, reference = holm_adjusted(ps), holm_reference(ps)
+        assert [math.isnan(a) for a in adjusted] == [math.isnan(p) for p in ps]
+        assert [a for a in adjusted if not math.isnan(a)] == [r for r in reference if not math.isnan(r)]
+        m = sum(not math.isnan(p) for p in ps)
+        assert all(p <= a <= min(1.0, m * p) for p, a in zip(ps, adjusted) if not math.isnan(p))  # Holm <= Bonferroni
 
 
 # --- pairing ---------------------------------------------------------------------------------------------------
@@ -155,6 +218,46 @@ def test_the_verdict_is_a_one_sided_paired_t_test_at_5_percent(better: list[floa
     assert result.mean == pytest.approx(statistics.fmean(b - w for b, w in zip(better, worse)))
     if result.n > 1:
         assert result.std == pytest.approx(statistics.stdev(b - w for b, w in zip(better, worse)))
+
+
+# d = +1.5, +3, +4.5 points over seeds 0, 1, 2: t = 2·sqrt(3), p = 0.037 one-sided with 2 degrees of freedom
+LIFTED = (0.615, 0.63, 0.645)
+
+
+def two_claims() -> list[ClaimResult]:
+    """DFML above FedAvg and DFML above FedProx, each by ``LIFTED`` over the same 0.6: raw p 0.037 each."""
+    runs = [run(DFML, s, v) for s, v in enumerate(LIFTED)]
+    runs += [run(FEDAVG, s, 0.6) for s in range(3)] + [run(FEDPROX, s, 0.6) for s in range(3)]
+    return evaluate_claims(comparison(runs, claim(), claim(worse=FEDPROX)))
+
+
+def test_two_claims_at_p_0037_each_are_within_seed_noise_after_holm() -> None:
+    """Each claim alone holds (p = 0.037 < 0.05); tested together, Holm gives 2·0.037 = 0.074 to the smaller and
+    the running max to the other, so neither holds."""
+    fedavg, fedprox = two_claims()
+    for result in (fedavg, fedprox):
+        assert result.p == pytest.approx(0.5 * (1 - math.sqrt(12) / math.sqrt(14)), rel=1e-9)  # A&S 26.7.4, df 2
+        assert result.p < 0.05 <= result.p_holm
+        assert result.p_holm == pytest.approx(2 * result.p, rel=1e-12)
+        assert result.verdict == NOISE
+    alone = pair(list(LIFTED), [0.6, 0.6, 0.6])  # the same claim in a family of one
+    assert alone.p_holm == alone.p and alone.verdict == HOLDS
+    built_alone = replace(fedavg, p_holm=math.nan)  # no family given (evaluate_pair): the verdict reads p
+    assert built_alone.p_verdict == fedavg.p and built_alone.verdict == HOLDS
+
+
+def test_the_claims_table_shows_the_holm_adjusted_p_after_the_one_sided_p() -> None:
+    results = two_claims()
+    assert CLAIMS_HEADER[CLAIMS_HEADER.index("p (one-sided)") + 1] == "p (Holm)"
+    markdown = claims_markdown(results)
+    assert "| p (one-sided) | p (Holm) | verdict |" in markdown
+    p, p_holm = f"{results[0].p:.3g}", f"{results[0].p_holm:.3g}"
+    assert (p, p_holm) == ("0.0371", "0.0742")
+    rows = [line for line in markdown.splitlines() if line.startswith("| DFML above FedAvg |")]
+    assert rows == [f"| DFML above FedAvg | dfml beta=0.1 vs {worse} beta=0.1 | global_acc, final | +3.00 ± 1.50 pp "
+                    f"| 3/3 | {p} | {p_holm} | {NOISE} | - |" for worse in ("fedavg", "fedprox")]
+    assert "<th>p (Holm)</th>" in claims_html(results) and f"<td>{p_holm}</td>" in claims_html(results)
+    assert "Holm" in RULE and "Bonferroni" in RULE
 
 
 def test_final_is_the_last_evaluated_round_and_best_each_runs_best() -> None:
@@ -306,7 +409,7 @@ def test_compare_writes_the_claims_section_to_results_md_and_the_dashboard(tmp_p
     lines = [line for line in markdown.splitlines() if line.startswith("| DFML above")]
     # DFML - FedAvg = +2 points on every seed; the paper's numbers beside
     assert lines[0] == ("| DFML above FedAvg (Table 6) | dfml vs fedavg | global_acc, final | +2.00 ± 0.00 pp | 3/3 "
-                        "| < 0.001 | holds | 73.66% vs 65.43% |")
+                        "| < 0.001 | < 0.001 | holds | 73.66% vs 65.43% |")
     # FedProx seed 2 stopped early: seeds 0, 1 give -1 and +5 points
     assert lines[1].startswith("| DFML above FedProx (Table 7) | dfml vs fedprox [left out: seed 2 (fedprox: "
                                "unfinished run 008-fedprox-s2)] | global_acc, final | +2.00 ± 4.24 pp | 1/2 |")

@@ -306,13 +306,13 @@ def test_selective_dml_clients_train_the_received_global_model() -> None:
     algo.setup(fed)
     assert algo.no_dml == {c.id for c in fed.clients if c.arch == "cnn_8"} and algo.no_dml
     captured = {}
-    original = algo.local_work
+    original = algo.no_dml_work
 
     def spy(client, federation):  # noqa: ANN001, ANN202
         captured[client.id] = full_state(client.model)  # what it trains: the received global model
         return original(client, federation)
 
-    algo.local_work = spy
+    algo.no_dml_work = spy
     server_before = full_state(fed.server[GLOBAL])
     ledger = CommunicationLedger()
     result = algo.run_round(1, fed, cpu(), ledger)
@@ -498,3 +498,22 @@ def test_server_distillation_runs_one_noise_batch_per_server_epoch_by_default() 
     algo.run_round(1, fed, runner, CommunicationLedger())
     assert counted == [5]
     assert FedORION(noise_steps=4).noise_steps == 4  # still a key
+
+
+@pytest.mark.parametrize(("no_dml_lr", "expected"), [("lr", 0.01), ("global_lr", 0.001)])
+def test_no_dml_clients_train_at_the_rate_no_dml_lr_names(no_dml_lr: str, expected: float) -> None:
+    """The paper leaves the rate of a client without DML open: ``lr`` (eta_i, sec. 4.1) or ``global_lr`` (eta_g);
+    the other clients' DML keeps eta_i for the local model and eta_g for the global copy either way."""
+    fed = _fed()
+    algo = FedORION(no_dml="global_arch", client_fraction=1.0, local_epochs=1, lr=0.01, global_lr=0.001,
+                    no_dml_lr=no_dml_lr)
+    algo.setup(fed)
+    client = next(c for c in fed.clients if c.id in algo.no_dml)
+    work = algo.no_dml_work(client, fed)
+    assert work is not None
+    groups = work.step.configure_optimizers().param_groups
+    assert [g["lr"] for g in groups] == [expected]
+    dml = next(c for c in fed.clients if c.id not in algo.no_dml)
+    dml_work = algo.dml_work(dml, copy.deepcopy(fed.server[GLOBAL]), fed)
+    assert dml_work is not None
+    assert sorted(g["lr"] for g in dml_work.step.configure_optimizers().param_groups) == [0.001, 0.01]

@@ -88,7 +88,7 @@ def test_agent_command_line_gives_the_same_config_as_the_local_sweep(tmp_path: P
     assert agent == local
     assert agent["data"]["partition"] == "dirichlet" and agent["data"]["beta"] == 0.1
     assert agent["algorithm"]["class_path"] == "lit_fl.algorithms.DFML"
-    assert agent["seed"] == 0 and agent["rounds"] == 20
+    assert agent["seed"] == 0 and agent["rounds"] == 15
 
 
 def test_agent_order_keeps_algorithm_parameters_before_the_config(capsys) -> None:  # noqa: ANN001

@@ -64,6 +64,9 @@ if TYPE_CHECKING:
 GLOBAL = "global"
 #: ``no_dml: global_arch`` = every client whose architecture is the global one skips DML (the paper's rule).
 GLOBAL_ARCH = "global_arch"
+#: the rate a no-DML client trains its one model (the received global model) at: the paper leaves it open (sec. 4.1
+#: "learning rates for clients' and server are set to 0.01 and 0.001"; Algorithm 1 trains every global copy at eta_g)
+NoDMLRate = Literal["lr", "global_lr"]
 
 
 @register_algorithm
@@ -85,7 +88,7 @@ class FedORION(Algorithm):
         server_weight_decay: the server's SGD weight decay (paper: none, 0).
         global_lr: eta_g, the rate at which a client trains its copy of the global model (Algorithm 1, client
             side: "theta_gi = theta_gi - eta_g grad L_GMi"; sec. 4.1: 0.001). The local model uses ``lr`` (eta_i).
-            No-DML clients train their one model (the received global model) at ``lr``.
+            No-DML clients train their one model (the received global model) at the rate ``no_dml_lr`` names.
         bn_stats: the teachers' BatchNorm on the ``current`` noise batch statistics (paper) or ``running``.
         student_running_stats: ``keep`` the global model's BatchNorm running statistics (averaged from the
             clients' copies, i.e. real data) during distillation, or ``update`` them on noise.
@@ -93,6 +96,10 @@ class FedORION(Algorithm):
         aggregate: False = the server skips aggregation and distils into its previous global model (ablation,
             Table 3 "w/o Agg").
         kl_weight: weight of the peer term in Eq. 1-2 (1).
+        no_dml_lr: the rate of a client that skips DML, which trains the received global model alone: ``lr``
+            (eta_i, default: sec. 4.1 "the learning rates for clients' [...] are set to 0.01") or ``global_lr``
+            (eta_g, the rate Algorithm 1 trains every copy of the global model at). The paper does not say which;
+            docs/reproductions.md runs both.
         global_label_loss: False = a client trains its copy of the global model on the distillation term of
             L_GMi alone, without the labels (ablation, Table 3 "w/o DML": "instead of using the whole global model
             loss on the client side (L_GMi in equation 2) we just rely on distillation part of it").
@@ -124,6 +131,7 @@ class FedORION(Algorithm):
         aggregate: bool = True,
         kl_weight: NonNegativeFloat = 1.0,
         global_label_loss: bool = True,
+        no_dml_lr: NoDMLRate = "lr",
         local_epochs: int = 10,
         loss: SupervisedLoss = "ce",
         lr: float = 0.01,
@@ -167,6 +175,7 @@ class FedORION(Algorithm):
         self.aggregate = aggregate
         self.kl_weight = kl_weight
         self.global_label_loss = bool(global_label_loss)
+        self.no_dml_lr: NoDMLRate = no_dml_lr
 
     # -- setup -------------------------------------------------------------------------------------------
 
@@ -240,7 +249,7 @@ class FedORION(Algorithm):
             ledger.give_back(-1, cid, server)  # the server broadcasts the global model
             if cid in self.no_dml:
                 client.set_weights(global_state)
-                works.append(self.local_work(client, federation))  # no DML: trains the global model alone
+                works.append(self.no_dml_work(client, federation))  # no DML: trains the global model alone
             else:
                 global_copies[cid] = copy.deepcopy(server)
                 works.append(self.dml_work(client, global_copies[cid], federation))
@@ -269,6 +278,13 @@ class FedORION(Algorithm):
             train_loss=nanmean(losses),
             extra={"kd_loss": kd_loss, "dml_clients": float(sum(c not in self.no_dml for c in selected))},
         )
+
+    def no_dml_work(self, client: Client, federation: Federation) -> ClientWork | None:
+        """Selective DML (sec. 3.2.1): a client without DML trains the received global model alone on its data, at
+        ``lr`` or ``global_lr`` (``no_dml_lr``)."""
+        optimizer = self.optimizer if self.no_dml_lr == "lr" else self.global_optimizer
+        step = steps.LocalTraining(client.model, client.class_proportions, self.loss, optimizer, self.prox_mu)
+        return self.work(client, step, federation, self.local_epochs)
 
     def dml_work(self, client: Client, global_copy: nn.Module, federation: Federation) -> ClientWork | None:
         """Eq. 1-2: DML between the local model and the copy of the global model on the client's data."""

@@ -1,6 +1,6 @@
 """Model registry in the style of timm: an architecture is a name, every factory one small function.
 
-Names: ``cnn_32_64`` (any channel list after ``cnn_``), ``resnet18`` and ``resnet18_<c1>_<c2>_<c3>_<c4>``,
+Names: ``cnn_32_64`` (any channel list after ``cnn_``; ``cnn_bn_32_64`` with BatchNorm), ``resnet18`` and ``resnet18_<c1>_<c2>_<c3>_<c4>``,
 ``vit_<dim>_<mlp_dim>``, ``efficientnet_b0`` .. ``efficientnet_b4``, ``timm:<name>`` (any timm model), plus
 whatever later modules register with :func:`register_model`, and ``module:factory`` of a user's own
 (``factory(input_shape, num_classes) -> nn.Module``, imported from the working directory or an installed
@@ -87,6 +87,13 @@ def _cnn_from_name(arch: str, input_shape: tuple[int, int, int], num_classes: in
     from lit_fl.models.cnn import cnn
 
     return cnn(name_widths(arch), input_shape, num_classes)
+
+
+@register_model_family(r"cnn_bn(_[1-9][0-9]*)+", "cnn_bn_<c1>_<c2>... (the CNN with BatchNorm, e.g. cnn_bn_16_32)")
+def _cnn_bn_from_name(arch: str, input_shape: tuple[int, int, int], num_classes: int) -> nn.Module:
+    from lit_fl.models.cnn import cnn
+
+    return cnn(name_widths(arch.replace("cnn_bn", "cnn", 1)), input_shape, num_classes, "batch")
 
 
 @register_model("resnet18")

@@ -18,6 +18,12 @@
         paper: [0.7366, 0.6543]                  # optional: the paper's better and worse numbers (one per worse)
         source: "Table 6"                        # optional
         note: "..."                              # optional: what a reproduction found (why it fails at CPU scale)
+        about: [algorithm]                       # optional: the config keys the claim is about (its subject)
+        differs: {rounds: "why the paper ..."}   # optional: other keys the compared configurations may differ in
+
+The configurations a claim compares must differ only in its subject (``about``; by default the sweep parameters
+its matches name, ``config`` standing for ``algorithm``) or in a key its ``differs`` gives the paper's reason for:
+``lit-fl sweep`` refuses a sweep whose claims compare anything else (:mod:`lit_fl.suite.controlled`).
 
 A run's configuration matches a row when every ``match`` item equals the run's sweep parameter and the row is
 for the metric the table shows. A claim's ``better`` and each of its ``worse`` matches follow the same rule; how
@@ -37,7 +43,7 @@ from lit_fl.errors import ConfigError
 from lit_fl.strict_yaml import load_yaml
 from lit_fl.suite.compare.metric_kind import MetricKind
 
-CLAIM_KEYS = ("at", "better", "claim", "metric", "note", "paper", "source", "worse")
+CLAIM_KEYS = ("about", "at", "better", "claim", "differs", "metric", "note", "paper", "source", "worse")
 AT = ("final", "best")
 
 
@@ -64,6 +70,8 @@ class Claim:
     paper: tuple[float, ...] = ()
     source: str = ""
     note: str = ""  # what was found about it at this scale (shown by docs/reproductions.md), e.g. why it does not hold
+    about: tuple[str, ...] = ()  # the config key prefixes the claim is about (empty: those its matches name)
+    differs: dict[str, str] = field(default_factory=dict)  # other keys allowed to differ, with the paper's reason
 
     @property
     def keys(self) -> set[str]:
@@ -138,7 +146,29 @@ def _claim(path: Path, i: int, raw: Any, file_metric: str) -> Claim:
     if MetricKind(metric or file_metric).is_accuracy and not all(0.0 <= v <= 1.0 for v in paper):
         raise ConfigError(f"{where} key 'paper' must be fractions in [0, 1] for an accuracy, got {list(paper)}")
     return Claim(raw["claim"].strip(), better, worse, metric, at, paper, str(raw.get("source", "")),
-                 " ".join(str(raw.get("note", "")).split()))
+                 " ".join(str(raw.get("note", "")).split()), _about(where, raw.get("about")),
+                 _differs(where, raw.get("differs")))
+
+
+def _about(where: str, raw: Any) -> tuple[str, ...]:
+    """``about``: absent, or a non-empty list of dotted config keys."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not raw or not all(isinstance(k, str) and k.strip() for k in raw):
+        raise ConfigError(f"{where} key 'about' must be a non-empty list of config keys (e.g. [algorithm]), got {raw!r}")
+    return tuple(k.strip() for k in raw)
+
+
+def _differs(where: str, raw: Any) -> dict[str, str]:
+    """``differs``: absent, or a mapping of dotted config key to the reason (a non-empty string)."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict) or not raw or not all(
+        isinstance(k, str) and k.strip() and isinstance(v, str) and v.strip() for k, v in raw.items()
+    ):
+        raise ConfigError(f"{where} key 'differs' must map config keys to the paper's reason for the difference "
+                          f"(non-empty strings), got {raw!r}")
+    return {k.strip(): " ".join(v.split()) for k, v in raw.items()}
 
 
 def _match(where: str, key: str, raw: Any) -> dict[str, Any]:

@@ -50,8 +50,9 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     if not args.docs_only:
+        origin = provenance()  # what every sweep of this call runs: taken once, before the first sweep starts
         for name in args.only or names:
-            rc = run_sweep(name, args.run_dir)
+            rc = run_sweep(name, args.run_dir, origin)
             if rc != 0:
                 print(f"reproduce: sweep {name} exited {rc}; `make reproduce` again continues it", file=sys.stderr)
                 return rc
@@ -62,8 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def run_sweep(name: str, run_dir: Path) -> int:
-    """``lit-fl sweep sweeps/NAME.yaml --jobs 2``; the wall time is recorded when every run ran in this call."""
+def run_sweep(name: str, run_dir: Path, origin: dict[str, str] | None = None) -> int:
+    """``lit-fl sweep sweeps/NAME.yaml --jobs 2``; the wall time and the provenance (``origin``, default: this
+    process's :func:`provenance`) are recorded when every run ran in this call."""
     command = [sys.executable, "-m", "lit_fl.cli", "sweep", str(sweep_file(name)), "--jobs", "2",
                "--run_dir", str(run_dir)]
     print(f"reproduce: {' '.join(command[2:])}", flush=True)
@@ -75,7 +77,7 @@ def run_sweep(name: str, run_dir: Path) -> int:
     runs = len(manifest["runs"])
     if result.returncode == 0 and "already completed: skipped" not in result.stdout:
         record = {"wall_s": round(wall_s, 1), "runs": runs, "jobs": 2,
-                  "machine": machine()}
+                  "machine": machine(), "provenance": origin or provenance()}
         (run_dir / "sweeps" / name / WALL_TIME).write_text(json.dumps(record) + "\n")
     return result.returncode
 
@@ -83,6 +85,27 @@ def run_sweep(name: str, run_dir: Path) -> int:
 def sweep_file(name: str) -> Path:
     """``sweeps/NAME.yaml`` (the shipped sweep file)."""
     return resolve_config(f"{name}.yaml", kind="sweeps", key="sweep")
+
+
+def provenance() -> dict[str, str]:
+    """What a re-run must match for "digit for digit": the lit-fl commit (``+dirty`` when the working tree has
+    uncommitted changes; ``unknown`` outside a git checkout), torch, Python and the CPU model."""
+    import torch
+
+    root = Path(__file__).resolve().parents[2]
+    commit = _git(root, "rev-parse", "--short=12", "HEAD") or "unknown"
+    if commit != "unknown" and _git(root, "status", "--porcelain", "--untracked-files=no"):
+        commit += "+dirty"
+    return {"lit_fl": commit, "torch": torch.__version__, "python": platform.python_version(), "cpu": machine()}
+
+
+def _git(root: Path, *args: str) -> str:
+    """``git args`` in ``root`` (stripped stdout; empty when git or the checkout is missing)."""
+    try:
+        result = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return result.stdout.strip() if result.returncode == 0 else ""
 
 
 def machine() -> str:

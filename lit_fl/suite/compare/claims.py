@@ -13,13 +13,23 @@ configuration did than the worse one on that seed: ``better - worse`` of the met
 Unfinished runs (summary status not ``completed``) are left out and named, and so is each seed that only one side
 has (or whose run has no value of the metric). Within a configuration the first completed run of a seed counts.
 
-Verdict (one-sided paired t-test on the ``d_s``, ``n - 1`` degrees of freedom, level ``ALPHA`` = 0.05): *holds*
-when the mean ``d`` > 0 and p < 0.05 for "better > worse"; *does not hold* when the mean ``d`` < 0 and p < 0.05
-for "worse > better"; otherwise *within seed noise*; *not enough seeds* with fewer than 2 paired seeds. (All
-``d_s`` equal and nonzero: t is infinite, p = 0.) The t distribution is computed exactly for integer degrees of
-freedom (Abramowitz & Stegun 26.7.3-4), with the standard library. Why a t-test and not a sign test: with the 3
-to 5 seeds a sweep affords, a sign test can never reach p < 0.05 (its smallest one-sided p with 3 seeds is 1/8), so
-every claim would read "within seed noise"; the paired t-test uses the size of the differences, not only their signs.
+Verdict (one-sided paired t-test on the ``d_s``, ``n - 1`` degrees of freedom, Holm-adjusted over the claims of
+the sweep, level ``ALPHA`` = 0.05): each pair's p is the one-sided p in the direction of its mean ``d``; the family
+is every claim and pair of the sweep's paper file (every result of one :func:`evaluate_claims` call), and each p is
+adjusted by Holm's step-down procedure (:func:`holm_adjusted`) to ``p_holm``. *holds* when the mean ``d`` > 0 and
+``p_holm`` < 0.05 ("better > worse"); *does not hold* when the mean ``d`` < 0 and ``p_holm`` < 0.05 ("worse >
+better"); otherwise *within seed noise*; *not enough seeds* with fewer than 2 paired seeds. (All ``d_s`` equal and
+nonzero: t is infinite, p = 0.) Why adjusted: a paper file makes several claims, each over several pairs, all
+tested at once; at p < 0.05 each, the chance that at least one of them "holds" by seed noise alone grows with their
+number. Holm's procedure keeps that family-wise error rate at 0.05 whatever the dependence between the tests (pairs
+sharing a configuration are not independent), and rejects everything Bonferroni rejects and sometimes more. A
+result built alone (:func:`evaluate_pair`, no family) is a family of one: its verdict reads its own p, which is what
+Holm gives with m = 1.
+
+The t distribution is computed exactly for integer degrees of freedom (Abramowitz & Stegun 26.7.3-4), with the
+standard library. Why a t-test and not a sign test: with the 3 to 5 seeds a sweep affords, a sign test can never
+reach p < 0.05 (its smallest one-sided p with 3 seeds is 1/8), so every claim would read "within seed noise"; the
+paired t-test uses the size of the differences, not only their signs.
 """
 
 from __future__ import annotations
@@ -27,7 +37,8 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from lit_fl.errors import ConfigError
@@ -39,9 +50,12 @@ ALPHA = 0.05
 HOLDS, FAILS, NOISE, TOO_FEW = "holds", "does not hold", "within seed noise", "not enough seeds"
 RULE = (
     "Paired by seed: d = better − worse (worse − better for a loss) per seed both configurations completed. "
-    f"Verdict by a one-sided paired t-test: {HOLDS} if mean d > 0 and p < {ALPHA:g} for better > worse; "
-    f"{FAILS} if mean d < 0 and p < {ALPHA:g} for worse > better; {NOISE} otherwise; "
-    f"{TOO_FEW} with fewer than 2 paired seeds."
+    "Verdict by a one-sided paired t-test (p in the direction of mean d), Holm-adjusted over every claim and pair "
+    f"of the sweep's paper file (p (Holm)): {HOLDS} if mean d > 0 and p (Holm) < {ALPHA:g}; "
+    f"{FAILS} if mean d < 0 and p (Holm) < {ALPHA:g}; {NOISE} otherwise; "
+    f"{TOO_FEW} with fewer than 2 paired seeds. Holm, because the claims are tested at once: it keeps the chance "
+    f"that any of them holds or fails by seed noise alone at {ALPHA:g} without assuming the tests independent, "
+    "and is uniformly more powerful than Bonferroni."
 )
 
 
@@ -49,7 +63,9 @@ RULE = (
 class ClaimResult:
     """Claim ``number`` (from 1, in file order) on one pair of configurations (their labels ``better`` and
     ``worse``): ``differences`` are ``(seed, d_s)`` by seed, ``missing`` the seeds left out (with why),
-    ``unfinished`` the names of the runs left out, ``paper`` the paper's (better, worse) numbers or None."""
+    ``unfinished`` the names of the runs left out, ``paper`` the paper's (better, worse) numbers or None;
+    ``p_holm`` its :attr:`p` Holm-adjusted over its family (every result of one :func:`evaluate_claims` call), NaN
+    when it was built alone (then the verdict reads :attr:`p`: a family of one)."""
 
     number: int
     claim: Claim
@@ -60,6 +76,7 @@ class ClaimResult:
     missing: tuple[str, ...] = ()
     unfinished: tuple[str, ...] = ()
     paper: tuple[float, float] | None = None
+    p_holm: float = math.nan
 
     @property
     def kind(self) -> MetricKind:
@@ -103,20 +120,28 @@ class ClaimResult:
         return self.p_worse if self.mean < 0 else self.p_better
 
     @property
+    def p_verdict(self) -> float:
+        """The p the verdict reads: :attr:`p_holm`, or :attr:`p` itself when the result was built alone (``p_holm``
+        NaN: no family was given, and Holm over a family of one leaves p as it is)."""
+        return self.p if math.isnan(self.p_holm) else self.p_holm
+
+    @property
     def verdict(self) -> str:
         if self.n < 2:
             return TOO_FEW
-        if self.mean > 0 and self.p_better < ALPHA:
+        p = self.p_verdict
+        if self.mean > 0 and p < ALPHA:
             return HOLDS
-        if self.mean < 0 and self.p_worse < ALPHA:
+        if self.mean < 0 and p < ALPHA:
             return FAILS
         return NOISE
 
 
 def evaluate_claims(comparison: Comparison) -> list[ClaimResult]:
     """Every claim of the comparison's paper file, one result per pair of configurations (none without a paper
-    file or claims); a :class:`ConfigError` line for a claim that matches no run, pairs no configurations or names
-    a metric no run has."""
+    file or claims), each with its ``p_holm``: the results are one family, adjusted together by
+    :func:`holm_adjusted`; a :class:`ConfigError` line for a claim that matches no run, pairs no configurations or
+    names a metric no run has."""
     if comparison.paper is None or not comparison.paper.claims:
         return []
     path = comparison.source / "paper.yaml"
@@ -131,7 +156,24 @@ def evaluate_claims(comparison: Comparison) -> list[ClaimResult]:
             raise ConfigError(f"paper numbers {path}: claim {number} keys 'better', 'worse': no configuration "
                               "matching better has the same other sweep parameters as one matching worse")
         results += [evaluate_pair(number, claim, metric, better, worse, j) for better, worse, j in found]
-    return results
+    adjusted = holm_adjusted([result.p for result in results])
+    return [replace(result, p_holm=p_holm) for result, p_holm in zip(results, adjusted)]
+
+
+def holm_adjusted(ps: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values, in the order of ``ps``: with the m non-NaN p sorted ascending
+    ``p_(1) <= ... <= p_(m)``, ``p_holm_(i) = max_{j <= i} min(1, (m - j + 1) p_(j))``; a NaN stays NaN and does
+    not count in m. Rejecting every hypothesis with ``p_holm < alpha`` keeps the family-wise error rate (the chance
+    of rejecting any true one) at alpha under any dependence between the tests. Holm, S. (1979), "A simple
+    sequentially rejective multiple test procedure", Scandinavian Journal of Statistics 6:65-70."""
+    order = sorted((i for i, p in enumerate(ps) if not math.isnan(p)), key=lambda i: ps[i])
+    m = len(order)
+    adjusted = [math.nan] * len(ps)
+    running = 0.0
+    for j, i in enumerate(order, start=1):
+        running = max(running, min(1.0, (m - j + 1) * ps[i]))
+        adjusted[i] = running
+    return adjusted
 
 
 def claim_pairs(groups: list[Group], claim: Claim) -> list[tuple[Group, Group, int]]:

@@ -186,12 +186,13 @@ def to_html(comparison: Comparison, target: float) -> str:
 
 
 CLAIMS_HEADER = ["claim", "better vs worse", "metric", "mean difference ± std", "seeds holding", "p (one-sided)",
-                 "verdict", "paper (better vs worse)"]
+                 "p (Holm)", "verdict", "paper (better vs worse)"]
 
 
 def claim_cells(result: ClaimResult) -> list[str]:
     """A claim's row: the mean paired difference ± its std in percentage points (pp) for an accuracy, as numbers
-    otherwise; the seeds with ``d > 0`` of the paired ones; the one-sided p in the direction of the mean."""
+    otherwise; the seeds with ``d > 0`` of the paired ones; the one-sided p in the direction of the mean, and that p
+    Holm-adjusted over the sweep's claims (which the verdict reads)."""
     claim, kind = result.claim, result.kind
     text = claim.text if not claim.source or claim.source in claim.text else f"{claim.text} ({claim.source})"
     pair = f"{result.better} vs {result.worse}"
@@ -203,10 +204,15 @@ def claim_cells(result: ClaimResult) -> list[str]:
         f"{result.metric}, {claim.at}" + (" (lower is better)" if kind.lower_is_better else ""),
         _difference(result),
         f"{result.holding}/{result.n}",
-        "-" if math.isnan(result.p) else "< 0.001" if result.p < 0.001 else f"{result.p:.3g}",
+        _p(result.p),
+        _p(result.p_holm),
         result.verdict,
         "-" if result.paper is None else " vs ".join(_value(v, kind) for v in result.paper),
     ]
+
+
+def _p(p: float) -> str:
+    return "-" if math.isnan(p) else "< 0.001" if p < 0.001 else f"{p:.3g}"
 
 
 def _difference(result: ClaimResult) -> str:
