@@ -70,7 +70,10 @@ class CNN(nn.Module):
 
 
 def cnn(
-    channels: Sequence[int], input_shape: tuple[int, int, int], num_classes: int, norm: Literal["layer", "batch"] = "layer"
+    channels: Sequence[int],
+    input_shape: tuple[int, int, int],
+    num_classes: int,
+    norm: Literal["layer", "batch"] = "layer",
 ) -> CNN:
     """Factory registered as ``cnn_<c1>_<c2>...`` (``cnn_32_64`` is the H0 model) and ``cnn_bn_<c1>_<c2>...``
     (``norm="batch"``)."""

@@ -1,7 +1,8 @@
 """Model registry in the style of timm: an architecture is a name, every factory one small function.
 
-Names: ``cnn_32_64`` (any channel list after ``cnn_``; ``cnn_bn_32_64`` with BatchNorm), ``resnet18`` and ``resnet18_<c1>_<c2>_<c3>_<c4>``,
-``vit_<dim>_<mlp_dim>``, ``efficientnet_b0`` .. ``efficientnet_b4``, ``timm:<name>`` (any timm model), plus
+Names: ``cnn_32_64`` (any channel list after ``cnn_``; ``cnn_bn_32_64`` with BatchNorm), ``resnet18`` and
+``resnet18_<c1>_<c2>_<c3>_<c4>``, ``vit_<dim>_<mlp_dim>``, ``efficientnet_b0`` .. ``efficientnet_b4``,
+``timm:<name>`` (any timm model), plus
 whatever later modules register with :func:`register_model`, and ``module:factory`` of a user's own
 (``factory(input_shape, num_classes) -> nn.Module``, imported from the working directory or an installed
 package). :func:`create_model` builds an architecture for an input shape and class count. Each family's module

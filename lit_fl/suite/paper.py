@@ -155,7 +155,8 @@ def _about(where: str, raw: Any) -> tuple[str, ...]:
     if raw is None:
         return ()
     if not isinstance(raw, list) or not raw or not all(isinstance(k, str) and k.strip() for k in raw):
-        raise ConfigError(f"{where} key 'about' must be a non-empty list of config keys (e.g. [algorithm]), got {raw!r}")
+        raise ConfigError(f"{where} key 'about' must be a non-empty list of config keys (e.g. [algorithm]), "
+                          f"got {raw!r}")
     return tuple(k.strip() for k in raw)
 
 
