@@ -4,12 +4,14 @@ Every run's StepRunner joins the group torchrun set up instead of spawning proce
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import sys
 
 from lit_fl.cli import main
 
 if __name__ == "__main__":
+    faulthandler.enable()  # a rank that aborts (SIGABRT, SIGSEGV) prints every thread's Python stack to stderr
     for argv in json.loads(sys.argv[1]):
         rc = main(argv)
         if rc != 0:

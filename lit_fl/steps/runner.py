@@ -10,6 +10,7 @@ placement with far less per-call overhead than building a Trainer for every clie
 
 from __future__ import annotations
 
+import atexit
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING
@@ -62,6 +63,7 @@ class StepRunner:
         )
         if multi:
             self.fabric.launch()  # spawns the other local processes, or joins torchrun's / SLURM's group
+            _register_leave()
         self.precision = precision
         #: whether steps that can fuse same-architecture models do (``trainer.fuse``; auto = on a GPU)
         self.fuse = fuse == "on" or (fuse == "auto" and self.device.type == "cuda")
@@ -210,3 +212,24 @@ def _gpu_selected(accelerator: str) -> bool:
     if accelerator in ("gpu", "cuda"):
         return True
     return accelerator == "auto" and torch.cuda.is_available()
+
+
+def leave_process_group() -> None:
+    """At exit, destroy this process's torch.distributed group (if it still has one): a rank that finishes before
+    the others (ranks other than 0 do not write the run directory) must not tear the interpreter down with gloo's
+    threads still running, which can end the process in ``std::terminate`` (SIGABRT) and make the launcher report
+    a failed run. Local: no collective, so a rank that exits on an error never waits for the others."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+_registered: list[bool] = []
+
+
+def _register_leave() -> None:
+    """:func:`leave_process_group` at exit, registered once per process whatever the number of runs in it."""
+    if not _registered:
+        atexit.register(leave_process_group)
+        _registered.append(True)
