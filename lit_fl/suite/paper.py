@@ -20,6 +20,10 @@
         note: "..."                              # optional: what a reproduction found (why it fails at CPU scale)
         about: [algorithm]                       # optional: the config keys the claim is about (its subject)
         differs: {rounds: "why the paper ..."}   # optional: other keys the compared configurations may differ in
+    choices:                                     # optional: what the paper leaves open, and the reading taken
+      - choice: "initialisation"                 # the open question
+        taken: "both: models.same_init true and false"   # what the sweep does
+        why: "sec. 3.5 says ..."                 # why (the paper's text, or why both)
 
 The configurations a claim compares must differ only in its subject (``about``; by default the sweep parameters
 its matches name, ``config`` standing for ``algorithm``) or in a key its ``differs`` gives the paper's reason for:
@@ -80,11 +84,21 @@ class Claim:
 
 
 @dataclass(frozen=True)
+class Choice:
+    """A setting the paper leaves open (``choice``), what the sweep does about it (``taken``) and ``why``."""
+
+    choice: str
+    taken: str
+    why: str
+
+
+@dataclass(frozen=True)
 class Paper:
     source: str
     metric: str
     rows: list[PaperRow] = field(default_factory=list)
     claims: tuple[Claim, ...] = ()
+    choices: tuple[Choice, ...] = ()
 
 
 def load_paper(path: str | Path) -> Paper:
@@ -93,10 +107,10 @@ def load_paper(path: str | Path) -> Paper:
     raw = load_yaml(path, f"paper numbers {path}")
     if not isinstance(raw, dict) or not isinstance(raw.get("rows"), list):
         raise ConfigError(f"paper numbers {path}: expected keys source, metric, rows (a list)")
-    unknown = set(raw) - {"source", "metric", "rows", "claims"}
+    unknown = set(raw) - {"source", "metric", "rows", "claims", "choices"}
     if unknown:
-        raise ConfigError(f"paper numbers {path}: unknown key {sorted(unknown)[0]!r}; "
-                          "allowed: claims, metric, rows, source")
+        raise ConfigError(f"paper numbers {path}: unknown key {sorted(unknown, key=str)[0]!r}; "
+                          "allowed: choices, claims, metric, rows, source")
     rows = []
     for i, row in enumerate(raw["rows"], start=1):
         if not isinstance(row, dict) or not isinstance(row.get("match"), dict) or "value" not in row:
@@ -114,7 +128,23 @@ def load_paper(path: str | Path) -> Paper:
         raise ConfigError(f"paper numbers {path}: claims must be a list, got {type(claims).__name__}")
     metric = str(raw.get("metric", "global_acc"))
     parsed = tuple(_claim(path, i, claim, metric) for i, claim in enumerate(claims, start=1))
-    return Paper(str(raw.get("source", "")), metric, rows, parsed)
+    return Paper(str(raw.get("source", "")), metric, rows, parsed, _choices(path, raw.get("choices", [])))
+
+
+def _choices(path: Path, raw: Any) -> tuple[Choice, ...]:
+    """``choices``: a list of mappings with the keys choice, taken and why (non-empty strings)."""
+    keys = ("choice", "taken", "why")
+    if not isinstance(raw, list):
+        raise ConfigError(f"paper numbers {path}: choices must be a list, got {type(raw).__name__}")
+    out = []
+    for i, item in enumerate(raw, start=1):
+        if not isinstance(item, dict) or set(item) != set(keys) or not all(
+            isinstance(item[k], str) and item[k].strip() for k in keys
+        ):
+            raise ConfigError(f"paper numbers {path}: choice {i} must have exactly the keys choice, taken, why "
+                              f"(non-empty strings), got {item!r}")
+        out.append(Choice(*(" ".join(item[k].split()) for k in keys)))
+    return tuple(out)
 
 
 def _claim(path: Path, i: int, raw: Any, file_metric: str) -> Claim:

@@ -1,17 +1,22 @@
 """``docs/reproductions.md``: one section per paper, written from finished CPU-scale sweeps, never by hand.
 
-Per sweep: what it reproduces (the sweep file's ``description``), the command, the wall time the sweep took, the
-results table (mean ± std per configuration, the paper's number beside ours), the paper's claims with their verdicts
-(paired by seed, :mod:`lit_fl.suite.compare.claims`) and what was found about a claim that does not hold (the
-claim's ``note``), and the accuracy-vs-round figures (PNG). :mod:`lit_fl.suite.reproduce` (``make reproduce``) runs
-the sweeps and calls :func:`write_reproductions`.
+Per sweep: what it reproduces (the sweep file's ``description``), the command, the wall time the sweep took and
+what it ran on (lit-fl commit, torch, Python, CPU), the results table (mean ± std per configuration, the paper's
+number beside ours), the paper's claims with their verdicts (paired by seed, Holm-adjusted over the sweep's claims,
+:mod:`lit_fl.suite.compare.claims`), the same claims on the regular models where a method reports peak models
+(DFML), what was found about a claim (its ``note``) and why its configurations differ where they may (its
+``differs``), the choices the paper leaves open and the reading taken (``choices``), and the accuracy-vs-round
+figures (PNG). Sweeps that ran on different versions are named at the top of the page.
+:mod:`lit_fl.suite.reproduce` (``make reproduce``) runs the sweeps and calls :func:`write_reproductions`.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, replace
 from datetime import date
 from pathlib import Path
 
@@ -19,7 +24,8 @@ from lit_fl.io import atomic_write_text
 from lit_fl.suite.compare.claims import HOLDS, ClaimResult, evaluate_claims
 from lit_fl.suite.compare.figures import write_figures
 from lit_fl.suite.compare.results import Comparison, load_comparison
-from lit_fl.suite.compare.table import claims_markdown, left_out_markdown, to_markdown
+from lit_fl.suite.compare.table import claims_markdown, claims_table, left_out_markdown, to_markdown
+from lit_fl.suite.controlled import subject
 from lit_fl.suite.paper import load_paper
 from lit_fl.suite.sweep_file import load_sweep_file
 
@@ -45,6 +51,9 @@ def write_reproductions(reproductions: list[Reproduction], out: Path, title: str
     for item in reproductions:
         sections.setdefault(item.paper, []).append(_sweep_section(item, out))
     lines = [f"# {title}", "", _preamble(), ""]
+    if mixed := mixed_versions(reproductions):
+        print(f"reproductions: {mixed}", file=sys.stderr)
+        lines += [f"**{mixed}**", ""]
     lines += [f"- [{paper}](#{_anchor(paper)})" for paper in sections]
     for paper, parts in sections.items():
         lines += ["", f"## {paper}", "", *parts]
@@ -60,9 +69,40 @@ def _preamble() -> str:
         "sweep's description says) on a 2-core CPU with `--jobs 2`: the "
         "papers' settings (loss, optimiser, participation) scaled down only in data and rounds, so the numbers are "
         "not the papers'; the papers' numbers at their scale stand beside ours. A claim *holds* when the one-sided "
-        "paired t-test over seeds says so at p < 0.05 (see each section's rule); *within seed noise* means the "
-        "seeds cannot separate the two at this scale."
+        "paired t-test over seeds says so at a Holm-adjusted p < 0.05 over the claims of its sweep (see each "
+        "section's rule); *within seed noise* means the seeds cannot separate the two at this scale.\n\n"
+        "**Controlled comparisons.** The configurations a claim compares differ only in what the claim is about "
+        "(the method, or the one setting an ablation varies): initialisation, data, rounds, evaluation point and "
+        "budget of extra steps are equal, or the claim's note says why the paper makes them differ. `lit-fl sweep` "
+        "resolves both sides of every claim to the full configuration a run uses and refuses a sweep that compares "
+        "anything else (`lit_fl/suite/controlled.py`). Where a paper leaves a setting open, the sweep runs both "
+        "readings or takes the one the paper's text supports; each section lists them under *Choices the paper "
+        "leaves open*. Methods with peak models (DFML) are evaluated where an alpha cycle ends and their claims "
+        "are also tested on the regular models."
     )
+
+
+def provenance(sweep_dir: Path) -> dict[str, str] | None:
+    """What a sweep ran on (lit-fl commit, torch, Python, CPU), as ``make reproduce`` recorded it; None if not."""
+    try:
+        record = json.loads((sweep_dir / WALL_TIME).read_text())["provenance"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return {str(k): str(v) for k, v in record.items()} if isinstance(record, dict) else None
+
+
+def mixed_versions(reproductions: list[Reproduction]) -> str:
+    """One sentence naming the sweeps by version when they ran on more than one (lit-fl, torch, Python); empty
+    when all ran on one, or recorded none."""
+    by_version: dict[str, list[str]] = {}
+    for item in reproductions:
+        record = provenance(item.sweep_dir) or {}
+        version = ", ".join(f"{k} {record.get(k, 'not recorded')}" for k in ("lit_fl", "torch", "python"))
+        by_version.setdefault(version, []).append(item.sweep_dir.name)
+    if len(by_version) < 2:
+        return ""
+    parts = "; ".join(f"{', '.join(names)} on {version}" for version, names in by_version.items())
+    return f"Mixed versions: the sweeps of this page ran on different versions ({parts})."
 
 
 def _sweep_section(item: Reproduction, out: Path) -> str:
@@ -77,26 +117,65 @@ def _sweep_section(item: Reproduction, out: Path) -> str:
     parts = [f"### {sweep.name}", ""]
     if description := sweep.config.get("description"):
         parts += [str(description), ""]
-    parts += [f"Command: `{command}`  ", f"Wall time: {_wall_time(item.sweep_dir)}", ""]
+    parts += [f"Command: `{command}`  ", f"Wall time: {_wall_time(item.sweep_dir)}  ",
+              f"Provenance: {_provenance(item.sweep_dir)}", ""]
     if comparison.paper is not None and comparison.paper.source:
         parts += [f"Paper numbers: {comparison.paper.source}.", ""]
     parts += [to_markdown(comparison, item.target).rstrip()]
     if claims:
         parts += [claims_markdown(claims).replace("## Claims", "#### Claims").rstrip()]
+        if regular := regular_model_claims(comparison):
+            parts += ["", "#### The same claims on the regular models", "", REGULAR, "", claims_table(regular).rstrip()]
         parts += _notes(claims)
+    if comparison.paper is not None and comparison.paper.choices:
+        parts += ["", "#### Choices the paper leaves open", "", "| choice | taken here | why |", "| --- | --- | --- |"]
+        parts += [f"| {c.choice} | {c.taken} | {c.why} |".replace("\n", " ") for c in comparison.paper.choices]
     if left := left_out_markdown(comparison):
         parts += [left.replace("## Left out", "#### Left out").rstrip()]
     parts += [""] + [f"![{name}]({path})" for name, path in figures]
     return "\n".join(parts) + "\n"
 
 
+#: what the regular-model table is
+REGULAR = (
+    "DFML reports its peak models (the metric above); here the same claims compare the regular models "
+    "(`_regular` columns: each client's current model), a family of their own for Holm's adjustment."
+)
+
+
+def regular_model_claims(comparison: Comparison) -> list[ClaimResult]:
+    """Every claim again on its metric's ``_regular`` column, when some run of the sweep reports peak models (its
+    metric and the regular column differ); numbered as the claims they repeat. Empty otherwise."""
+    paper = comparison.paper
+    if paper is None or not paper.claims:
+        return []
+    twins, numbers = [], []
+    for number, claim in enumerate(paper.claims, start=1):
+        metric = claim.metric or paper.metric
+        regular = f"{metric}_regular"
+        if any(run.column(regular) and run.column(regular) != run.column(metric) for run in comparison.runs):
+            twins.append(replace(claim, metric=regular, paper=()))
+            numbers.append(number)
+    if not twins:
+        return []
+    twin = copy.copy(comparison)
+    twin.paper = replace(paper, claims=tuple(twins))
+    return [replace(result, number=numbers[result.number - 1]) for result in evaluate_claims(twin)]
+
+
 def _notes(claims: list[ClaimResult]) -> list[str]:
-    """What was found about each claim that does not hold here (its ``note``); a claim without one says so."""
+    """What was found about each claim that does not hold here (its ``note``; a claim without one says so), and
+    the keys its configurations differ in beyond its subject, with the paper's reason (its ``differs``)."""
     lines = []
     for result in claims:
-        if result.verdict == HOLDS and not result.claim.note:
+        claim = result.claim
+        if claim.differs:
+            reasons = "; ".join(f"`{key}`: {why}" for key, why in claim.differs.items())
+            lines.append(f"- Claim {result.number} is about {', '.join(f'`{k}`' for k in subject(claim))}; its "
+                         f"configurations also differ in {reasons}")
+        if result.verdict == HOLDS and not claim.note:
             continue
-        note = result.claim.note or "no explanation recorded yet"
+        note = claim.note or "no explanation recorded yet"
         lines.append(f"- Claim {result.number} ({result.better} vs {result.worse}): {result.verdict}. {note}")
     return ["", "#### About the claims", "", *dict.fromkeys(lines)] if lines else []
 
@@ -123,6 +202,14 @@ def _wall_time(sweep_dir: Path) -> str:
     except (OSError, ValueError, KeyError, TypeError):
         return "not recorded (run `make reproduce`)"
     return f"{seconds / 60:.1f} min for {runs} runs on {record.get('machine', 'this machine')} (`--jobs 2`)"
+
+
+def _provenance(sweep_dir: Path) -> str:
+    record = provenance(sweep_dir)
+    if record is None:
+        return "not recorded (run `make reproduce`)"
+    return (f"lit-fl {record.get('lit_fl', '?')}, torch {record.get('torch', '?')}, "
+            f"Python {record.get('python', '?')}, {record.get('cpu', '?')}")
 
 
 def _anchor(title: str) -> str:

@@ -231,8 +231,12 @@ def claims_markdown(results: list[ClaimResult]) -> str:
     """The "Claims" section of results.md (empty without claims)."""
     if not results:
         return ""
-    lines = ["", "## Claims", "", RULE, "", "| " + " | ".join(CLAIMS_HEADER) + " |",
-             "| " + " | ".join("---" for _ in CLAIMS_HEADER) + " |"]
+    return "\n".join(["", "## Claims", "", RULE, "", claims_table(results)])
+
+
+def claims_table(results: list[ClaimResult]) -> str:
+    """The claims as one markdown table (header, then a row per claim and pair)."""
+    lines = ["| " + " | ".join(CLAIMS_HEADER) + " |", "| " + " | ".join("---" for _ in CLAIMS_HEADER) + " |"]
     lines += ["| " + " | ".join(c.replace("|", "\\|") for c in claim_cells(r)) + " |" for r in results]
     return "\n".join(lines) + "\n"
 
