@@ -56,8 +56,13 @@ def main(argv: list[str] | None = None) -> int:
             if rc != 0:
                 print(f"reproduce: sweep {name} exited {rc}; `make reproduce` again continues it", file=sys.stderr)
                 return rc
-    done = [Reproduction(paper, sweep_file(name), args.run_dir / "sweeps" / name, target)
-            for paper, name, target in SWEEPS if (args.run_dir / "sweeps" / name / "manifest.json").is_file()]
+    done = []
+    for paper, name, target in SWEEPS:
+        folder = args.run_dir / "sweeps" / name
+        if unfinished := unfinished_runs(folder):
+            print(f"reproduce: sweep {name}: {unfinished}; left off the page", file=sys.stderr)
+            continue
+        done.append(Reproduction(paper, sweep_file(name), folder, target))
     page = write_reproductions(done, args.out)
     print(f"{len(done)} of {len(SWEEPS)} sweeps -> {page}")
     return 0
@@ -80,6 +85,17 @@ def run_sweep(name: str, run_dir: Path, origin: dict[str, str] | None = None) ->
                   "machine": machine(), "provenance": origin or provenance()}
         (run_dir / "sweeps" / name / WALL_TIME).write_text(json.dumps(record) + "\n")
     return result.returncode
+
+
+def unfinished_runs(folder: Path) -> str:
+    """Why a sweep folder cannot be on the page yet ("not run", "3 of 18 runs not completed"); empty when every run
+    of its manifest completed."""
+    try:
+        runs = json.loads((folder / "manifest.json").read_text())["runs"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return "not run"
+    left = sum(run.get("status") != "completed" for run in runs)
+    return f"{left} of {len(runs)} runs not completed" if left else ""
 
 
 def sweep_file(name: str) -> Path:
