@@ -335,6 +335,10 @@ def test_a_claim_is_read_with_its_defaults(tmp_path: Path) -> None:
     ({"paper": [73.66, 65.43]}, "claim 2 key 'paper' must be fractions in [0, 1]"),
     ({"claim": ""}, "claim 2 key 'claim' must be the claim's text"),
     ({"metric": 3}, "claim 2 key 'metric' must be a metrics.csv column name"),
+    ({"about": "algorithm"}, "claim 2 key 'about' must be a non-empty list of config keys"),
+    ({"about": []}, "claim 2 key 'about' must be a non-empty list of config keys"),
+    ({"differs": {"rounds": ""}}, "claim 2 key 'differs' must map config keys to the paper's reason"),
+    ({"differs": ["rounds"]}, "claim 2 key 'differs' must map config keys to the paper's reason"),
 ])
 def test_a_malformed_claim_is_one_line_naming_the_file_claim_and_key(tmp_path: Path, change: dict[str, Any],
                                                                      message: str) -> None:
@@ -343,6 +347,24 @@ def test_a_malformed_claim_is_one_line_naming_the_file_claim_and_key(tmp_path: P
         load_paper(write_paper(tmp_path, GOOD, bad))
     assert str(err.value).startswith(f"paper numbers {tmp_path / 'paper.yaml'}: ")
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_about_differs_and_choices_are_read(tmp_path: Path) -> None:
+    claim = {**GOOD, "about": ["algorithm", "models.same_init"], "differs": {"rounds": "  the paper\n runs longer "}}
+    choice = {"choice": "initialisation", "taken": "both", "why": "sec. 3.5 reads either way"}
+    paper = load_paper(write_paper(tmp_path, claim, choices=[choice]))
+    assert paper.claims[0].about == ("algorithm", "models.same_init")
+    assert paper.claims[0].differs == {"rounds": "the paper runs longer"}
+    assert [(c.choice, c.taken, c.why) for c in paper.choices] == [
+        ("initialisation", "both", "sec. 3.5 reads either way")]
+
+
+@pytest.mark.parametrize("choices", [{"choice": "x"}, [{"choice": "x", "taken": "y"}], [{"choice": "x", "taken": "y",
+                                     "why": ""}], [{"choice": "x", "taken": "y", "why": "z", "note": "n"}], ["x"]])
+def test_a_malformed_choice_is_one_line(tmp_path: Path, choices: Any) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_paper(write_paper(tmp_path, GOOD, choices=choices))
+    assert "choice" in str(err.value) and "\n" not in str(err.value)
 
 
 @pytest.mark.parametrize(("missing", "message"), [

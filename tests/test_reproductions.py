@@ -97,3 +97,16 @@ def test_sweeps_run_on_different_versions_are_named_at_the_top(
     assert ("**Mixed versions: the sweeps of this page ran on different versions (toy on lit_fl abc123, torch "
             "2.14.1, python 3.11.7; toy1 on lit_fl abc123, torch 2.15.0, python 3.11.7).**") in top
     assert "Mixed versions" in capsys.readouterr().err
+
+
+def test_a_sweep_with_unfinished_runs_is_left_off_the_page_with_one_line(tmp_path: Path) -> None:
+    from lit_fl.suite.reproduce import unfinished_runs
+
+    folder = tmp_path / "sweep"
+    assert unfinished_runs(folder) == "not run"
+    folder.mkdir()
+    runs = [{"name": f"r{i}", "status": status} for i, status in enumerate(["completed", "running", "pending"])]
+    (folder / "manifest.json").write_text(json.dumps({"runs": runs}))
+    assert unfinished_runs(folder) == "2 of 3 runs not completed"
+    (folder / "manifest.json").write_text(json.dumps({"runs": [{**r, "status": "completed"} for r in runs]}))
+    assert unfinished_runs(folder) == ""
