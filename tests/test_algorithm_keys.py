@@ -21,7 +21,7 @@ from lit_fl.federation.ledger import CommunicationLedger
 PAPER_LOSS = {
     "DFML": "wsm", "DecentralizedFedAvg": "wsm", "DecentralizedFedProx": "wsm", "DecentralizedFML": "wsm",
     "DefKT": "wsm", "FullAvg": "wsm", "Combo": "wsm", "HeteroFL": "wsm", "FedRolex": "wsm",
-    "FederatedDropout": "wsm", "Local": "ce", "FedPer": "ce", "UAPDFL": "ce", "FedORION": "ce",
+    "FederatedDropout": "wsm", "Local": "ce", "FedPer": "ce", "UAPDFL": "ce", "DFedAvgM": "ce", "FedORION": "ce",
     "PeriodicCodist": "ce", "MergedCodist": "ce",
 }
 

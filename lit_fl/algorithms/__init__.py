@@ -9,6 +9,7 @@ from lit_fl.algorithms.base import Algorithm, RoundResult
 from lit_fl.algorithms.codistillation import MergedCodist, PeriodicCodist
 from lit_fl.algorithms.decentralized import DecentralizedAlgorithm
 from lit_fl.algorithms.defkt import DefKT
+from lit_fl.algorithms.dfedavgm import DFedAvgM
 from lit_fl.algorithms.dfml import DFML
 from lit_fl.algorithms.fedavg import DecentralizedFedAvg
 from lit_fl.algorithms.fedorion import FedORION
@@ -24,6 +25,7 @@ __all__ = [
     "Algorithm",
     "Combo",
     "DFML",
+    "DFedAvgM",
     "DecentralizedAlgorithm",
     "DecentralizedFML",
     "DecentralizedFedAvg",

@@ -1,0 +1,168 @@
+"""``DFedAvgM``: decentralized FedAvg with heavy-ball momentum (Sun, Li, Wang, "Decentralized Federated Averaging",
+IEEE TPAMI 45(4) 2023, arXiv 2104.11375, Algorithm 1), a baseline of UA-PDFL (papers/ua-pdfl.txt sec. 5.1.3).
+
+Round ``k`` (counted from 1), for every client ``i`` in parallel:
+
+1. local training, ``K`` steps of SGD with heavy-ball momentum ``theta`` from the client's current model
+   (``y^0 = x_i^k``, ``y^{-1} = y^0``: the momentum buffer starts at zero every round)::
+
+       y^{t+1} = y^t - eta_k * g_i(y^t) + theta * (y^t - y^{t-1}),    z_i^k = y^K
+
+   which is PyTorch's SGD with ``momentum = theta`` and no dampening at a constant ``eta_k`` within the phase
+   (``b <- theta b + g``, ``y <- y - eta b``; ``eta b^t = y^t - y^{t+1}``). ``K`` is ``local_epochs`` epochs of
+   batches; ``eta_k = lr * lr_decay^(k - 1)`` (UA-PDFL's schedule);
+2. mixing with the neighbours of the round's graph through a symmetric doubly stochastic ``W``::
+
+       x_i^{k+1} = sum_j w_ij z_j^k
+
+The graph (UA-PDFL's setting, every client contacts ``N_com`` peers per round): every client draws
+``min(N_com, #topology neighbours)`` distinct neighbours (``rng.algorithm``, client order); ``i`` and ``j`` are
+linked when either drew the other (an undirected graph, as DFedAvgM requires). ``W`` has Metropolis-Hastings
+weights on it: ``w_ij = 1 / (1 + max(d_i, d_j))`` for a link, ``w_ii = 1 - sum_{j != i} w_ij``, 0 elsewhere
+(symmetric, rows and columns summing to 1). Each linked pair sends its trained models both ways through the
+ledger; a model that does not arrive (``faults.drop_prob``) is not mixed in: its weight goes to the receiver's
+own model (``w_ii += w_ij``), so each row stays a convex combination (W is then no longer symmetric).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from lit_fl.algorithms.base import RoundResult, phase_losses
+from lit_fl.algorithms.fedper import require_homogeneous, snapshot_states
+from lit_fl.algorithms.local import Local
+from lit_fl.algorithms.registry import register_algorithm
+from lit_fl.choices import SupervisedLoss
+from lit_fl.constraints import Fraction, Momentum, NonNegativeFloat, PositiveFloat, PositiveInt
+
+if TYPE_CHECKING:
+    import numpy as np
+    from torch import Tensor
+
+    from lit_fl.federation.ledger import CommunicationLedger
+    from lit_fl.federation.state import Federation
+    from lit_fl.steps.runner import StepRunner
+
+    State = dict[str, Tensor]
+
+
+@register_algorithm
+class DFedAvgM(Local):
+    """DFedAvgM: local heavy-ball momentum SGD, then Metropolis-Hastings mixing over a random ``N_com``-peer graph.
+
+    All clients need the same architecture (mixing averages whole models; a clear error says so otherwise).
+
+    Args:
+        num_peers: ``N_com``, neighbours each client draws per round (UA-PDFL sec. 5.1.4: 5); fewer when a
+            client has fewer topology neighbours. Links are undirected, so a client's degree is at least this.
+        local_epochs: epochs of local momentum SGD per round, the paper's ``K`` steps (UA-PDFL sec. 5.2 runs
+            DFedAvgM with twice the local iterations of the other methods: 2).
+        momentum: heavy-ball ``theta`` (UA-PDFL sec. 5.1.4: 0.5).
+        lr: initial learning rate ``eta`` (UA-PDFL: 0.05).
+        lr_decay: per-round decay, round ``k`` trains at ``lr * lr_decay^(k - 1)`` (UA-PDFL: 0.95).
+        loss: ``ce`` (UA-PDFL) or ``wsm``.
+        weight_decay: SGD weight decay (neither paper names one: 0).
+        batch_size: UA-PDFL: 50.
+    """
+
+    sends_models = True
+    uses_topology = True
+
+    def __init__(
+        self,
+        num_peers: PositiveInt = 5,
+        local_epochs: PositiveInt = 2,
+        momentum: Momentum = 0.5,
+        lr: PositiveFloat = 0.05,
+        lr_decay: Fraction = 0.95,
+        loss: SupervisedLoss = "ce",
+        weight_decay: NonNegativeFloat = 0.0,
+        batch_size: PositiveInt = 50,
+    ) -> None:
+        super().__init__(
+            lr_decay=lr_decay,
+            local_epochs=local_epochs,
+            loss=loss,
+            lr=lr,
+            momentum=momentum,
+            weight_decay=weight_decay,
+            batch_size=batch_size,
+        )
+        self.num_peers = num_peers
+
+    def setup(self, federation: Federation) -> None:
+        super().setup(federation)
+        require_homogeneous(federation, self.name)
+
+    def run_round(
+        self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger
+    ) -> RoundResult:
+        neighbours = self.draw_graph(federation)
+        W = metropolis_weights(neighbours)
+        optimizer = self.round_optimizer(round_)  # a fresh SGD per phase: momentum buffer reset every round
+        works = [self.work(c, self.local_step(c, optimizer), federation, self.local_epochs) for c in federation.clients]
+        losses = phase_losses(runner.run_phase(works))
+        trained = snapshot_states(federation)  # z_j: every model after local training, before any mixing
+        rows: dict[int, dict[int, float]] = {}
+        for client in federation.clients:
+            i = client.id
+            row = {i: W[i, i]}
+            for j in neighbours[i]:
+                if ledger.send(j, i, federation.clients[j].model):
+                    row[j] = W[i, j]
+                else:  # dropped: not mixed in, its weight stays with the client's own model
+                    row[i] += W[i, j]
+            rows[i] = row
+        for client in federation.clients:
+            row = rows[client.id]
+            if len(row) > 1:
+                client.set_weights(mix([trained[j] for j in row], list(row.values())))
+        degrees = [len(n) for n in neighbours.values()]
+        return self.round_result(federation, losses, optimizer, mean_degree=sum(degrees) / len(degrees))
+
+    def draw_graph(self, federation: Federation) -> dict[int, list[int]]:
+        """The round's undirected graph: every client draws ``min(N_com, #neighbours)`` distinct topology
+        neighbours from ``rng.algorithm`` (client order); ``i`` and ``j`` are linked when either drew the other.
+        Returns every client's sorted neighbours."""
+        links: dict[int, set[int]] = {c.id: set() for c in federation.clients}
+        for client in federation.clients:
+            candidates = federation.topology.neighbours(client.id)
+            size = min(self.num_peers, len(candidates))
+            drawn = federation.rng.algorithm.choice(candidates, size=size, replace=False) if size else []
+            for peer in drawn:
+                links[client.id].add(int(peer))
+                links[int(peer)].add(client.id)
+        return {n: sorted(peers) for n, peers in links.items()}
+
+
+def metropolis_weights(neighbours: dict[int, Sequence[int]]) -> np.ndarray:
+    """Metropolis-Hastings mixing matrix of an undirected graph (``neighbours``: client -> its neighbours):
+    ``w_ij = 1 / (1 + max(d_i, d_j))`` on a link, ``w_ii = 1 - sum_{j != i} w_ij``, 0 elsewhere. Symmetric and
+    doubly stochastic, with non-negative entries."""
+    import numpy as np
+
+    n = len(neighbours)
+    W = np.zeros((n, n))
+    degree = {i: len(peers) for i, peers in neighbours.items()}
+    for i, peers in neighbours.items():
+        for j in peers:
+            W[i, j] = 1.0 / (1.0 + max(degree[i], degree[j]))
+        W[i, i] = 1.0 - W[i].sum()
+    return W
+
+
+def mix(states: Sequence[State], weights: Sequence[float]) -> State:
+    """``sum_j w_j * state_j`` of every floating-point entry (accumulated in float64, stored in the entry's dtype);
+    integer entries (BatchNorm's ``num_batches_tracked``) are the first state's, the receiver's own. The weights
+    are used as given: a row of ``W``, summing to 1."""
+    import torch
+
+    out = {}
+    for key, value in states[0].items():
+        if value.is_floating_point():
+            total = sum(float(w) * s[key].to(torch.float64) for s, w in zip(states, weights))
+            out[key] = total.to(value.dtype)
+        else:
+            out[key] = value.clone()
+    return out
