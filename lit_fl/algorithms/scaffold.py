@@ -11,8 +11,13 @@ part). Each round (Algorithm 1):
 3. Client ``i``: ``y_i <- x`` (line 6); ``K`` local steps (lines 7-10)
    ``y_i <- y_i - eta_l (g_i(y_i) - c_i + c)``; ``K`` = ``local_epochs`` epochs of batches of ``batch_size``,
    ``eta_l`` = ``lr``. The correction ``c - c_i`` is added to the mini-batch gradient before the optimizer step, so
-   SGD's momentum and weight decay act on the corrected gradient (:class:`~lit_fl.steps.ScaffoldTraining`).
-4. Option II (line 12, Eq. 4 (ii)): ``c_i+ = c_i - c + (x - y_i) / (K eta_l)`` (:func:`option_ii_control`).
+   SGD's momentum and weight decay act on the corrected gradient (FL-bench's choice;
+   :class:`~lit_fl.steps.ScaffoldTraining`).
+4. Option II (line 12, Eq. 4 (ii)): ``c_i+ = c_i - c + (x - y_i) / (K eta_l)`` (:func:`option_ii_control`). With
+   momentum ``m`` the local steps move ``lr / (1 - m)`` per unit of gradient, not ``lr``: by default
+   (``control_step: effective``) eta_l here is ``lr / (1 - m)``, which is the paper's formula for plain SGD (m = 0);
+   ``control_step: lr`` divides by ``lr`` as written (FL-bench's choice), which with m = 0.9 makes ``c_i`` ten times
+   the mean gradient and the controls diverge (on mnist5k: ||c|| ~ 3e4 and the loss ~ 4e4 after 10 rounds).
 5. The client sends ``(Delta y_i, Delta c_i) = (y_i - x, c_i+ - c_i)`` (line 13; the ledger's ``send(i, -1, ...)``
    of the model and of ``Delta c_i``) and keeps ``c_i <- c_i+`` (line 14).
 6. Server (lines 16-17, :func:`server_update`): ``x <- x + eta_g / |S| sum_i Delta y_i``,
@@ -25,7 +30,7 @@ the clients whose updates arrived.
 
 Defaults: FedORION's shared setting (papers/fedorion.txt sec. 4.1 and appendix D, where SCAFFOLD is a homogeneous
 baseline): SGD momentum 0.9, no weight decay, client lr 0.01, batch 32, 10 local epochs, 30% of the clients per round
-(sec. 4.2.1); ``eta_g = 1`` (SCAFFOLD sec. 7 runs with global step size 1).
+(sec. 4.2.1); ``eta_g = 1`` (SCAFFOLD's experiments, sec. 7, as recalled: docs/baselines.md).
 """
 
 from __future__ import annotations
@@ -91,7 +96,10 @@ class SCAFFOLD(Algorithm):
     Args:
         client_fraction: share of the clients sampled each round, ``|S| = round(f * N)`` (at least 1). FedORION's
             shared setting: 0.3 (sec. 4.2.1).
-        global_lr: eta_g, the server's step size on the mean model update (SCAFFOLD sec. 7: 1).
+        global_lr: eta_g, the server's step size on the mean model update (1: ``x`` = the mean of the ``y_i``).
+        control_step: the eta_l that option II divides by: ``effective`` = ``lr / (1 - momentum)``, the step of
+            heavy-ball SGD per unit of gradient (default; equals ``lr`` without momentum), or ``lr`` (the literal
+            formula, which with momentum 0.9 overestimates ``c_i`` tenfold and diverges on mnist5k).
         local_epochs: epochs of local steps per round; K = epochs x batches per epoch (FedORION sec. 4.2.1: 10).
         loss: the clients' supervised loss (``ce``).
         lr: eta_l, the clients' learning rate, also the eta_l of option II (FedORION sec. 4.1: 0.01).

@@ -17,7 +17,7 @@ from lit_fl.steps.optim import SGDConfig
 class CorrectedSGD(torch.optim.SGD):
     """SGD whose every step first adds a fixed ``correction`` to each parameter's gradient (``g + (c - c_i)``), then
     steps as :class:`torch.optim.SGD` does: the corrected gradient is what weight decay is added to and what the
-    momentum buffer accumulates (the choice of FL-bench's and PFLlib's SCAFFOLD; SCAFFOLD's Algorithm 1 has plain
+    momentum buffer accumulates (the choice of FL-bench's SCAFFOLD; SCAFFOLD's Algorithm 1 has plain
     SGD, where the two readings agree)."""
 
     def __init__(self, params: Iterable[nn.Parameter], corrections: Sequence[Tensor], **kwargs: float | bool) -> None:
