@@ -19,6 +19,7 @@ from lit_fl.algorithms.fml import DecentralizedFML
 from lit_fl.algorithms.fullavg_combo import Combo, FullAvg
 from lit_fl.algorithms.local import Local
 from lit_fl.algorithms.partial_training import FederatedDropout, FedRolex, HeteroFL
+from lit_fl.algorithms.scaffold import SCAFFOLD
 from lit_fl.algorithms.uapdfl import UAPDFL
 
 __all__ = [
@@ -41,5 +42,6 @@ __all__ = [
     "MergedCodist",
     "PeriodicCodist",
     "RoundResult",
+    "SCAFFOLD",
     "UAPDFL",
 ]

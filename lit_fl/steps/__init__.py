@@ -22,6 +22,7 @@ _EXPORTS: dict[str, str] = {
     "MutualNoiseDistillation": "lit_fl.steps.noise_distillation",
     "NoiseDistillation": "lit_fl.steps.noise_distillation",
     "ServerCodistillation": "lit_fl.steps.distillation",
+    "ScaffoldTraining": "lit_fl.steps.scaffold_training",
     "NoiseBatches": "lit_fl.steps.noise",
     "SGDConfig": "lit_fl.steps.optim",
     "PRECISIONS": "lit_fl.steps.precision",
@@ -41,6 +42,7 @@ __all__ = [
     "NoiseDistillation",
     "PRECISIONS",
     "SGDConfig",
+    "ScaffoldTraining",
     "ServerCodistillation",
     "StepRunner",
     "load_weights",
@@ -60,6 +62,7 @@ if TYPE_CHECKING:
     from lit_fl.steps.optim import SGDConfig
     from lit_fl.steps.precision import PRECISIONS
     from lit_fl.steps.runner import StepRunner
+    from lit_fl.steps.scaffold_training import ScaffoldTraining
 
 
 __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

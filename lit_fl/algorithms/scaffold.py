@@ -1,0 +1,262 @@
+"""SCAFFOLD: stochastic controlled averaging (Karimireddy, Kale, Mohri, Reddi, Stich, Suresh, ICML 2020,
+arXiv 1910.06378), Algorithm 1 with option II control variates; docs/baselines.md "SCAFFOLD".
+
+Server based: the server holds the model ``x`` (``federation.server["global"]``, evaluated as ``server_acc/global``)
+and the server control variate ``c``; every client ``i`` holds a control variate ``c_i`` (0 until it first takes
+part). Each round (Algorithm 1):
+
+1. ``S``: ``round(client_fraction * N)`` clients drawn from ``federation.rng.selection`` (line 3).
+2. The server sends ``(x, c)`` to every client of ``S`` (line 5): ledger ``give_back(-1, i, ...)`` of the model and of
+   ``c`` (a :class:`~lit_fl.federation.ledger.Payload` of the parameters' shapes).
+3. Client ``i``: ``y_i <- x`` (line 6); ``K`` local steps (lines 7-10)
+   ``y_i <- y_i - eta_l (g_i(y_i) - c_i + c)``; ``K`` = ``local_epochs`` epochs of batches of ``batch_size``,
+   ``eta_l`` = ``lr``. The correction ``c - c_i`` is added to the mini-batch gradient before the optimizer step, so
+   SGD's momentum and weight decay act on the corrected gradient (FL-bench's choice;
+   :class:`~lit_fl.steps.ScaffoldTraining`).
+4. Option II (line 12, Eq. 4 (ii)): ``c_i+ = c_i - c + (x - y_i) / (K eta_l)`` (:func:`option_ii_control`). With
+   momentum ``m`` the local steps move ``lr / (1 - m)`` per unit of gradient, not ``lr``: by default
+   (``control_step: effective``) eta_l here is ``lr / (1 - m)``, which is the paper's formula for plain SGD (m = 0);
+   ``control_step: lr`` divides by ``lr`` as written (FL-bench's choice), which with m = 0.9 makes ``c_i`` ten times
+   the mean gradient and the controls diverge (on mnist5k: ||c|| ~ 3e4 and the loss ~ 4e4 after 10 rounds).
+5. The client sends ``(Delta y_i, Delta c_i) = (y_i - x, c_i+ - c_i)`` (line 13; the ledger's ``send(i, -1, ...)``
+   of the model and of ``Delta c_i``) and keeps ``c_i <- c_i+`` (line 14).
+6. Server (lines 16-17, :func:`server_update`): ``x <- x + eta_g / |S| sum_i Delta y_i``,
+   ``c <- c + 1 / N sum_i Delta c_i`` (= ``|S| / N`` times the mean of the ``Delta c_i``).
+
+``x`` includes the model's buffers (BatchNorm running statistics): they take the mean of the clients' buffers, as
+FedAvg averages them (integer counters: the first client's); control variates exist for parameters only. A client
+without training data, or whose transfer failed (``faults.*``), sends nothing and keeps its ``c_i``; ``|S|`` counts
+the clients whose updates arrived.
+
+Defaults: FedORION's shared setting (papers/fedorion.txt sec. 4.1 and appendix D, where SCAFFOLD is a homogeneous
+baseline): SGD momentum 0.9, no weight decay, client lr 0.01, batch 32, 10 local epochs, 30% of the clients per round
+(sec. 4.2.1); ``eta_g = 1`` (SCAFFOLD's experiments, sec. 7, as recalled: docs/baselines.md).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+from lit_fl import steps
+from lit_fl.algorithms.base import Algorithm, RoundResult, nanmean, phase_losses
+from lit_fl.algorithms.registry import register_algorithm
+from lit_fl.choices import SupervisedLoss
+from lit_fl.constraints import Fraction, PositiveFloat
+from lit_fl.errors import ConfigError
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from lit_fl.federation.ledger import CommunicationLedger
+    from lit_fl.federation.state import Client, Federation
+    from lit_fl.steps.phase import ClientWork
+    from lit_fl.steps.runner import StepRunner
+
+GLOBAL = "global"
+#: the eta_l of option II: ``lr`` (the paper's plain SGD) or ``effective`` (``lr / (1 - momentum)``)
+ControlStep = Literal["effective", "lr"]
+
+Tensors = list["Tensor"]
+
+
+def option_ii_control(c_i: Sequence[Tensor], c: Sequence[Tensor], x: Sequence[Tensor], y: Sequence[Tensor],
+                      num_steps: int, lr: float) -> Tensors:
+    """SCAFFOLD Eq. 4 option II: ``c_i+ = c_i - c + (x - y_i) / (K eta_l)``, per parameter (computed in float64,
+    returned in ``c_i``'s dtype)."""
+    if num_steps <= 0:
+        raise ValueError(f"option II needs at least one local step, got K = {num_steps}")
+    scale = 1.0 / (num_steps * lr)
+    return [(ci.double() - cc.double() + (xx.double() - yy.double()) * scale).to(ci.dtype)
+            for ci, cc, xx, yy in zip(c_i, c, x, y, strict=True)]
+
+
+def server_update(x: Sequence[Tensor], delta_ys: Sequence[Sequence[Tensor]], c: Sequence[Tensor],
+                  delta_cs: Sequence[Sequence[Tensor]], num_clients: int, global_lr: float) -> tuple[Tensors, Tensors]:
+    """SCAFFOLD Algorithm 1, lines 16-17: ``x + eta_g / |S| sum_i Delta y_i`` and ``c + |S| / N * (1 / |S|) sum_i
+    Delta c_i`` (= ``c + 1 / N sum_i Delta c_i``), ``|S| = len(delta_ys)``; per parameter, accumulated in float64 and
+    returned in the dtypes of ``x`` and ``c``."""
+    size = len(delta_ys)
+    if size == 0 or len(delta_cs) != size:
+        raise ValueError("server_update needs one Delta y and one Delta c per client, at least one client")
+    new_x = [(xx.double() + global_lr * sum(d[k].double() for d in delta_ys) / size).to(xx.dtype)
+             for k, xx in enumerate(x)]
+    new_c = [(cc.double() + size / num_clients * (sum(d[k].double() for d in delta_cs) / size)).to(cc.dtype)
+             for k, cc in enumerate(c)]
+    return new_x, new_c
+
+
+@register_algorithm
+class SCAFFOLD(Algorithm):
+    """SCAFFOLD (Karimireddy et al. 2020, Algorithm 1, option II) with a central server; every client of one
+    architecture starts from the same initialisation (Algorithm 1 starts every ``y_i`` at the server's ``x``).
+
+    Args:
+        client_fraction: share of the clients sampled each round, ``|S| = round(f * N)`` (at least 1). FedORION's
+            shared setting: 0.3 (sec. 4.2.1).
+        global_lr: eta_g, the server's step size on the mean model update (1: ``x`` = the mean of the ``y_i``).
+        control_step: the eta_l that option II divides by: ``effective`` = ``lr / (1 - momentum)``, the step of
+            heavy-ball SGD per unit of gradient (default; equals ``lr`` without momentum), or ``lr`` (the literal
+            formula, which with momentum 0.9 overestimates ``c_i`` tenfold and diverges on mnist5k).
+        local_epochs: epochs of local steps per round; K = epochs x batches per epoch (FedORION sec. 4.2.1: 10).
+        loss: the clients' supervised loss (``ce``).
+        lr: eta_l, the clients' learning rate, also the eta_l of option II (FedORION sec. 4.1: 0.01).
+        momentum: the clients' SGD momentum, applied to the corrected gradient (FedORION sec. 4.1: 0.9).
+        weight_decay: the clients' SGD weight decay (FedORION names none: 0).
+        batch_size: the clients' batch size (FedORION sec. 4.1: 32).
+    """
+
+    def __init__(
+        self,
+        client_fraction: Fraction = 0.3,
+        global_lr: PositiveFloat = 1.0,
+        control_step: ControlStep = "effective",
+        local_epochs: int = 10,
+        loss: SupervisedLoss = "ce",
+        lr: float = 0.01,
+        momentum: float = 0.9,
+        weight_decay: float = 0.0,
+        batch_size: int = 32,
+    ) -> None:
+        super().__init__(local_epochs=local_epochs, loss=loss, lr=lr, momentum=momentum, weight_decay=weight_decay,
+                         batch_size=batch_size)
+        self.client_fraction = client_fraction
+        self.global_lr = float(global_lr)
+        if control_step not in ("effective", "lr"):
+            raise ConfigError(f"algorithm.control_step must be one of effective, lr; got {control_step!r}")
+        self.control_step: ControlStep = control_step
+        #: c, per parameter of the server model
+        self.server_control: Tensors = []
+        #: c_i of every client that has taken part (absent: 0)
+        self.client_controls: dict[int, Tensors] = {}
+
+    # -- setup -------------------------------------------------------------------------------------------
+
+    def setup(self, federation: Federation) -> None:
+        """Check the federation (one architecture, a mesh), create ``x`` from the clients' initialisation and
+        ``c = 0``."""
+        import torch
+
+        if federation.topology.name != "mesh":
+            raise ConfigError(
+                f"topology.name: SCAFFOLD is server based (every client reaches the server); "
+                f"{federation.topology.name!r} is not allowed; allowed: mesh"
+            )
+        archs = federation.architectures()
+        if len(archs) != 1:
+            raise ConfigError(f"models.pool: SCAFFOLD averages one architecture (homogeneous models), got {archs}")
+        if GLOBAL not in federation.server:
+            federation.server[GLOBAL] = copy.deepcopy(federation.clients[0].regular_model)
+        self.server_control = [torch.zeros_like(p.detach()) for p in federation.server[GLOBAL].parameters()]
+        self.client_controls = {}
+
+    # -- round -------------------------------------------------------------------------------------------
+
+    def select(self, federation: Federation) -> list[int]:
+        """``round(client_fraction * N)`` distinct clients (at least one), sorted."""
+        n = federation.num_clients
+        count = int(min(max(math.floor(self.client_fraction * n + 0.5), 1), n))
+        chosen = federation.rng.selection.choice(n, size=count, replace=False)
+        return sorted(int(c) for c in chosen)
+
+    def control_lr(self) -> float:
+        """The eta_l of option II: ``lr``, or with ``control_step: effective`` SGD momentum's effective step
+        ``lr / (1 - momentum)`` (what a step of K steps of heavy-ball SGD moves per unit gradient)."""
+        if self.control_step == "lr":
+            return self.optimizer.lr
+        return self.optimizer.lr / (1.0 - self.optimizer.momentum)
+
+    def client_control(self, cid: int) -> Tensors:
+        """``c_i`` (zeros before client ``cid`` first takes part)."""
+        import torch
+
+        saved = self.client_controls.get(cid)
+        return saved if saved is not None else [torch.zeros_like(c) for c in self.server_control]
+
+    def local_work(self, client: Client, federation: Federation) -> ClientWork | None:
+        """``local_epochs`` of SGD on ``g_i(y_i) - c_i + c`` over the client's train split (Algorithm 1, line 10)."""
+        correction = [c - ci for c, ci in zip(self.server_control, self.client_control(client.id), strict=True)]
+        step = steps.ScaffoldTraining(client.model, client.class_proportions, correction, self.loss, self.optimizer)
+        return self.work(client, step, federation, self.local_epochs)
+
+    def run_round(
+        self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger
+    ) -> RoundResult:
+        from lit_fl.federation.ledger import Payload
+
+        server = federation.server[GLOBAL]
+        selected = self.select(federation)
+        x_state = {k: v.detach().clone() for k, v in server.state_dict().items()}
+        x = [p.detach().clone() for p in server.parameters()]
+        c = [t.clone() for t in self.server_control]
+
+        works: list[ClientWork | None] = []
+        for cid in selected:
+            client = federation.clients[cid]
+            got_model = ledger.give_back(-1, cid, server)  # (x, c): line 5
+            got_control = ledger.give_back(-1, cid, Payload(c))
+            if got_model and got_control:
+                client.set_weights(x_state)  # y_i <- x (line 6)
+                works.append(self.local_work(client, federation))
+            else:
+                works.append(None)
+        losses = phase_losses(runner.run_phase(works))
+
+        arrived: list[int] = []
+        delta_ys: list[Tensors] = []
+        delta_cs: list[Tensors] = []
+        states: list[dict[str, Tensor]] = []
+        for cid, work in zip(selected, works):
+            if work is None:
+                continue
+            client = federation.clients[cid]
+            y = [p.detach() for p in client.model.parameters()]
+            c_i = self.client_control(cid)
+            c_plus = option_ii_control(c_i, c, x, y, len(work.batches), self.control_lr())  # line 12
+            delta_c = [new - old for new, old in zip(c_plus, c_i)]
+            if not ledger.send(cid, -1, client.model):  # Delta y_i (line 13): the model's shapes, buffers included
+                continue
+            ledger.send(cid, -1, Payload(delta_c))  # Delta c_i
+            self.client_controls[cid] = c_plus  # line 14
+            arrived.append(cid)
+            delta_ys.append([yy - xx for yy, xx in zip(y, x)])
+            delta_cs.append(delta_c)
+            states.append({k: v.detach() for k, v in client.model.state_dict().items()})
+
+        if arrived:
+            new_x, self.server_control = server_update(x, delta_ys, c, delta_cs, federation.num_clients,
+                                                       self.global_lr)
+            state = steps.weighted_average(states, [1.0] * len(states))  # buffers: FedAvg's mean
+            names = [name for name, _ in server.named_parameters()]
+            state.update(zip(names, new_x))
+            steps.load_weights(server, {k: state[k].to(v.dtype) for k, v in x_state.items()})
+        return RoundResult(
+            senders=tuple(arrived),
+            train_loss=nanmean(losses),
+            extra={"control_norm": control_norm(self.server_control)},
+        )
+
+    # -- checkpoint --------------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "server_control": [t.clone() for t in self.server_control],
+            "client_controls": {cid: [t.clone() for t in self.client_controls[cid]]
+                                for cid in sorted(self.client_controls)},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        saved = list(state["server_control"])
+        if [tuple(t.shape) for t in saved] != [tuple(t.shape) for t in self.server_control]:
+            raise ConfigError("checkpoint: SCAFFOLD's control variates do not have this config's model shapes")
+        device = self.server_control[0].device if self.server_control else None
+        self.server_control = [t.to(device) for t in saved]
+        self.client_controls = {int(cid): [t.to(device) for t in ts]
+                                for cid, ts in sorted(state["client_controls"].items())}
+
+
+def control_norm(control: Sequence[Tensor]) -> float:
+    """``||c||_2`` over every parameter (a metric: it grows from 0 as the clients' drifts are learned)."""
+    return math.sqrt(sum(float(t.double().pow(2).sum()) for t in control))
