@@ -11,6 +11,7 @@ from lit_fl.algorithms.decentralized import DecentralizedAlgorithm
 from lit_fl.algorithms.defkt import DefKT
 from lit_fl.algorithms.dfedavgm import DFedAvgM
 from lit_fl.algorithms.dfml import DFML
+from lit_fl.algorithms.dispfl import DisPFL
 from lit_fl.algorithms.fedavg import DecentralizedFedAvg
 from lit_fl.algorithms.fedorion import FedORION
 from lit_fl.algorithms.fedper import FedPer
@@ -32,6 +33,7 @@ __all__ = [
     "DecentralizedFedAvg",
     "DecentralizedFedProx",
     "DefKT",
+    "DisPFL",
     "FedORION",
     "FedPer",
     "FedRolex",

@@ -23,6 +23,7 @@ _EXPORTS: dict[str, str] = {
     "NoiseDistillation": "lit_fl.steps.noise_distillation",
     "ServerCodistillation": "lit_fl.steps.distillation",
     "ScaffoldTraining": "lit_fl.steps.scaffold_training",
+    "MaskedTraining": "lit_fl.steps.masked_training",
     "NoiseBatches": "lit_fl.steps.noise",
     "SGDConfig": "lit_fl.steps.optim",
     "PRECISIONS": "lit_fl.steps.precision",
@@ -43,6 +44,7 @@ __all__ = [
     "PRECISIONS",
     "SGDConfig",
     "ScaffoldTraining",
+    "MaskedTraining",
     "ServerCodistillation",
     "StepRunner",
     "load_weights",
@@ -56,6 +58,7 @@ if TYPE_CHECKING:
     from lit_fl.steps.deep_mutual_learning import DeepMutualLearning
     from lit_fl.steps.distillation import ServerCodistillation
     from lit_fl.steps.local_training import LocalTraining
+    from lit_fl.steps.masked_training import MaskedTraining
     from lit_fl.steps.mutual_learning import MutualLearning
     from lit_fl.steps.noise import NoiseBatches
     from lit_fl.steps.noise_distillation import MutualNoiseDistillation, NoiseDistillation
