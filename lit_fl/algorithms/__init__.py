@@ -7,6 +7,7 @@ inside the methods that run a round (type hints import them under ``TYPE_CHECKIN
 
 from lit_fl.algorithms.base import Algorithm, RoundResult
 from lit_fl.algorithms.codistillation import MergedCodist, PeriodicCodist
+from lit_fl.algorithms.criticalfl import CriticalFL
 from lit_fl.algorithms.decentralized import DecentralizedAlgorithm
 from lit_fl.algorithms.defkt import DefKT
 from lit_fl.algorithms.dfedavgm import DFedAvgM
@@ -26,6 +27,7 @@ from lit_fl.algorithms.uapdfl import UAPDFL
 __all__ = [
     "Algorithm",
     "Combo",
+    "CriticalFL",
     "DFML",
     "DFedAvgM",
     "DecentralizedAlgorithm",
