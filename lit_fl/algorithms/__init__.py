@@ -12,6 +12,7 @@ from lit_fl.algorithms.defkt import DefKT
 from lit_fl.algorithms.dfedavgm import DFedAvgM
 from lit_fl.algorithms.dfml import DFML
 from lit_fl.algorithms.fedavg import DecentralizedFedAvg
+from lit_fl.algorithms.fedntd import FedNTD
 from lit_fl.algorithms.fedorion import FedORION
 from lit_fl.algorithms.fedper import FedPer
 from lit_fl.algorithms.fedprox import DecentralizedFedProx
@@ -20,6 +21,8 @@ from lit_fl.algorithms.fullavg_combo import Combo, FullAvg
 from lit_fl.algorithms.local import Local
 from lit_fl.algorithms.partial_training import FederatedDropout, FedRolex, HeteroFL
 from lit_fl.algorithms.scaffold import SCAFFOLD
+from lit_fl.algorithms.server_fedavg import ServerFedAvg
+from lit_fl.algorithms.server_fedprox import ServerFedProx
 from lit_fl.algorithms.uapdfl import UAPDFL
 
 __all__ = [
@@ -32,6 +35,7 @@ __all__ = [
     "DecentralizedFedAvg",
     "DecentralizedFedProx",
     "DefKT",
+    "FedNTD",
     "FedORION",
     "FedPer",
     "FedRolex",
@@ -43,5 +47,7 @@ __all__ = [
     "PeriodicCodist",
     "RoundResult",
     "SCAFFOLD",
+    "ServerFedAvg",
+    "ServerFedProx",
     "UAPDFL",
 ]
