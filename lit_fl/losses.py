@@ -3,6 +3,8 @@
 * :func:`wsm_loss` - re-weighted softmax cross-entropy (WSM, DFML Eq. 2, Legate et al. 2023).
 * :func:`weighted_kl_loss` - the parameter-weighted multi-teacher KL of DFML Eq. 3.
 * :func:`cross_entropy` - plain CE, the ablation of WSM.
+* :func:`not_true_kl` - FedNTD's not-true distillation (Lee et al. 2022, Eq. 6): KL over the classes other than
+  the label, per sample.
 * :func:`peer_losses` - every student's ``a_n sup(z_n) + b_n sum_q W[n, q] KL(p_q || p_n)`` at once from the
   stacked logits ``[N, B, C]``, in a number of kernels that does not grow with N (DFML Eq. 1 for all
   participants, deep mutual learning, the noise distillations). The per-pair functions above are its
@@ -55,6 +57,28 @@ def kl_divergence(teacher_logits: Tensor, student_logits: Tensor, temperature: f
     kl = F.kl_div(log_p_student, log_p_teacher, reduction="batchmean", log_target=True)
     return kl * (t * t)
 
+
+
+def not_true_logits(logits: Tensor, target: Tensor) -> Tensor:
+    """``logits [..., C]`` with the column of each sample's true class ``target [...]`` removed: ``[..., C - 1]``,
+    the other classes in their order (FedNTD's ``z~``)."""
+    num_classes = logits.shape[-1]
+    keep = torch.arange(num_classes - 1, device=logits.device).expand(*target.shape, num_classes - 1)
+    keep = keep + (keep >= target.unsqueeze(-1)).long()  # column j < y stays j, column j >= y is j + 1
+    return logits.gather(-1, keep)
+
+
+def not_true_kl(student_logits: Tensor, teacher_logits: Tensor, target: Tensor, temperature: float = 1.0) -> Tensor:
+    """FedNTD's not-true distillation per sample (Lee et al., NeurIPS 2022, arXiv 2106.03097, Eq. 6):
+    ``KL(q~_g || q~_l) = sum_{c != y} q~_g(c) (log q~_g(c) - log q~_l(c))`` with ``q~ = softmax(z~ / tau)`` over
+    the not-true logits ``z~`` (:func:`not_true_logits`) of the teacher (the received global model, detached) and of
+    the student. No ``tau^2`` factor (the paper's Eq. 6 and the authors' code have none). Shape: ``target``'s
+    (``[B]`` or, batched, ``[G, B]``); a batch loss is its mean."""
+    with torch.autocast(device_type=student_logits.device.type, enabled=False):
+        t = temperature
+        log_q = F.log_softmax(not_true_logits(at_least_float32(student_logits), target) / t, dim=-1)
+        log_p = F.log_softmax(not_true_logits(at_least_float32(teacher_logits.detach()), target) / t, dim=-1)
+        return (log_p.exp() * (log_p - log_q)).sum(-1)
 
 def teacher_weights(num_params: Sequence[int], student: int, weighted: bool = True) -> list[float]:
     """Weights of DFML Eq. 3 for ``student``: ``Phi_q / sum_{u != n} Phi_u`` over teachers ``q != n``.

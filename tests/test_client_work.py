@@ -26,6 +26,7 @@ from lit_fl.algorithms import (
     DecentralizedFML,
     DefKT,
     DFedAvgM,
+    FedNTD,
     FedORION,
     FedPer,
     FedRolex,
@@ -33,6 +34,8 @@ from lit_fl.algorithms import (
     Local,
     MergedCodist,
     PeriodicCodist,
+    ServerFedAvg,
+    ServerFedProx,
 )
 from lit_fl.algorithms.base import Algorithm
 from lit_fl.config import DataConfig, ModelsConfig
@@ -71,6 +74,9 @@ METHODS: dict[str, Callable[[], Algorithm]] = {
                                         server_epochs=1, noise_batch_size=8),
     "periodic_codist": lambda: PeriodicCodist(period=2, **CODIST),
     "merged_codist": lambda: MergedCodist(**CODIST),
+    "server_fedavg": lambda: ServerFedAvg(client_fraction=1.0, local_epochs=1, batch_size=16),
+    "server_fedprox": lambda: ServerFedProx(mu=1.0, client_fraction=1.0, local_epochs=1, batch_size=16),
+    "fedntd": lambda: FedNTD(tau=2.0, beta=0.7, client_fraction=1.0, local_epochs=1, batch_size=16),
 }
 RUN_GROUP = phase._run_group
 POOLS = {"heterofl": ("cnn_4_8", "cnn_8_16"), "fedrolex": ("cnn_4_8", "cnn_8_16")}

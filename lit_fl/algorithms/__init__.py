@@ -14,6 +14,7 @@ from lit_fl.algorithms.dfedavgm import DFedAvgM
 from lit_fl.algorithms.dfml import DFML
 from lit_fl.algorithms.dispfl import DisPFL
 from lit_fl.algorithms.fedavg import DecentralizedFedAvg
+from lit_fl.algorithms.fedntd import FedNTD
 from lit_fl.algorithms.fedorion import FedORION
 from lit_fl.algorithms.fedper import FedPer
 from lit_fl.algorithms.fedprox import DecentralizedFedProx
@@ -22,6 +23,8 @@ from lit_fl.algorithms.fullavg_combo import Combo, FullAvg
 from lit_fl.algorithms.local import Local
 from lit_fl.algorithms.partial_training import FederatedDropout, FedRolex, HeteroFL
 from lit_fl.algorithms.scaffold import SCAFFOLD
+from lit_fl.algorithms.server_fedavg import ServerFedAvg
+from lit_fl.algorithms.server_fedprox import ServerFedProx
 from lit_fl.algorithms.uapdfl import UAPDFL
 
 __all__ = [
@@ -36,6 +39,7 @@ __all__ = [
     "DecentralizedFedProx",
     "DefKT",
     "DisPFL",
+    "FedNTD",
     "FedORION",
     "FedPer",
     "FedRolex",
@@ -47,5 +51,7 @@ __all__ = [
     "PeriodicCodist",
     "RoundResult",
     "SCAFFOLD",
+    "ServerFedAvg",
+    "ServerFedProx",
     "UAPDFL",
 ]

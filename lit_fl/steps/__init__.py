@@ -24,6 +24,7 @@ _EXPORTS: dict[str, str] = {
     "ServerCodistillation": "lit_fl.steps.distillation",
     "ScaffoldTraining": "lit_fl.steps.scaffold_training",
     "MaskedTraining": "lit_fl.steps.masked_training",
+    "NotTrueDistillation": "lit_fl.steps.not_true_distillation",
     "NoiseBatches": "lit_fl.steps.noise",
     "SGDConfig": "lit_fl.steps.optim",
     "PRECISIONS": "lit_fl.steps.precision",
@@ -41,6 +42,7 @@ __all__ = [
     "MutualNoiseDistillation",
     "NoiseBatches",
     "NoiseDistillation",
+    "NotTrueDistillation",
     "PRECISIONS",
     "SGDConfig",
     "ScaffoldTraining",
@@ -62,6 +64,7 @@ if TYPE_CHECKING:
     from lit_fl.steps.mutual_learning import MutualLearning
     from lit_fl.steps.noise import NoiseBatches
     from lit_fl.steps.noise_distillation import MutualNoiseDistillation, NoiseDistillation
+    from lit_fl.steps.not_true_distillation import NotTrueDistillation
     from lit_fl.steps.optim import SGDConfig
     from lit_fl.steps.precision import PRECISIONS
     from lit_fl.steps.runner import StepRunner
