@@ -12,6 +12,7 @@ from lit_fl.algorithms.defkt import DefKT
 from lit_fl.algorithms.dfedavgm import DFedAvgM
 from lit_fl.algorithms.dfml import DFML
 from lit_fl.algorithms.fedavg import DecentralizedFedAvg
+from lit_fl.algorithms.feddf import FedDF
 from lit_fl.algorithms.fedorion import FedORION
 from lit_fl.algorithms.fedper import FedPer
 from lit_fl.algorithms.fedprox import DecentralizedFedProx
@@ -32,6 +33,7 @@ __all__ = [
     "DecentralizedFedAvg",
     "DecentralizedFedProx",
     "DefKT",
+    "FedDF",
     "FedORION",
     "FedPer",
     "FedRolex",
