@@ -22,7 +22,7 @@ PAPER_LOSS = {
     "DFML": "wsm", "DecentralizedFedAvg": "wsm", "DecentralizedFedProx": "wsm", "DecentralizedFML": "wsm",
     "DefKT": "wsm", "FullAvg": "wsm", "Combo": "wsm", "HeteroFL": "wsm", "FedRolex": "wsm",
     "FederatedDropout": "wsm", "Local": "ce", "FedPer": "ce", "UAPDFL": "ce", "DFedAvgM": "ce", "FedORION": "ce",
-    "PeriodicCodist": "ce", "MergedCodist": "ce", "SCAFFOLD": "ce",
+    "PeriodicCodist": "ce", "MergedCodist": "ce", "SCAFFOLD": "ce", "FedDF": "ce",
 }
 
 

@@ -93,7 +93,7 @@ def test_server_step_is_per_architecture_average_then_ensemble_distillation_by_h
                 want[key] = value  # num_batches_tracked: the first client's
         for key, value in want.items():
             torch.testing.assert_close(seen["students"][arch].state_dict()[key].double(), value.double(), atol=1e-6,
-                                       rtol=0, msg=lambda m, k=key: f"average {arch} {k}: {m}")
+                                       rtol=0, msg=lambda m, k=key, a=arch: f"average {a} {k}: {m}")
         student = copy.deepcopy(seen["students"][arch]).double()
         student.load_state_dict(want)
         students[arch] = student
@@ -143,7 +143,7 @@ def test_server_step_is_per_architecture_average_then_ensemble_distillation_by_h
             # becomes a relative error of the step: 4 steps x lr x float32's 1e-7 relative precision amplified by
             # the gradient's condition (entries ~1e-3 of the largest): 4 * 0.01 * 1e-7 * 1e3 = 4e-6
             torch.testing.assert_close(got.double(), value, atol=4e-6, rtol=0,
-                                       msg=lambda m, k=key: f"distilled {arch} {k}: {m}")
+                                       msg=lambda m, k=key, a=arch: f"distilled {a} {k}: {m}")
     assert result.extra["distilled_archs"] == 2.0
 
 

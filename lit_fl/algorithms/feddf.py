@@ -207,4 +207,6 @@ class FedDF(Algorithm):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if list(state["archs"]) != self.archs:
-            raise ConfigError(f"checkpoint: FedDF's server models are {state['archs']}, this config builds {self.archs}")
+            raise ConfigError(
+                f"checkpoint: FedDF's server models are {state['archs']}, this config builds {self.archs}"
+            )

@@ -199,7 +199,7 @@ class Federation:
         #: Train indices held out from every client (``data.server_fraction``): unlabeled server data.
         self.server_idx: Tensor = torch.empty(0, dtype=torch.long)
         #: Unlabeled public (proxy) inputs ``(M, C, H, W)`` on the models' device (``data.proxy``, built by
-        #: :func:`lit_fl.data.proxy.build_proxy`; empty without one): batches by :func:`lit_fl.data.proxy.proxy_batches`.
+        #: :func:`lit_fl.data.proxy.build_proxy`; empty without one); batches: :func:`lit_fl.data.proxy.proxy_batches`.
         self.proxy: Tensor = data.train_x[:0]
 
     @property

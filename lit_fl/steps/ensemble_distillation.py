@@ -79,7 +79,8 @@ class EnsembleDistillation(L.LightningModule):
             raise ValueError("EnsembleDistillation needs at least one student and one teacher")
         self.students = nn.ModuleList(students)
         self.teachers = list(teachers)  # plain list: not submodules, not in the optimizer
-        self.lr, self.temperature, self.clip_norm, self.total_steps = float(lr), float(temperature), clip_norm, total_steps
+        self.lr, self.temperature = float(lr), float(temperature)
+        self.clip_norm, self.total_steps = clip_norm, total_steps
         self.loss_sum = torch.zeros(())
         self.num_batches = 0
 
