@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from lit_fl.choices import PARTITIONS
 from lit_fl.constraints import HalfOpenUnitInterval, PositiveFloat, PositiveInt, check_fields
-from lit_fl.data.proxy import ProxyConfig, as_proxy_config
+from lit_fl.data.proxy_config import ProxyConfig, as_proxy_config
 from lit_fl.errors import ConfigError
 from lit_fl.steps.precision import PRECISIONS
 

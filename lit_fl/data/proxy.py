@@ -18,10 +18,9 @@ from ``federation.rng.data_order`` (checkpointed, so a resumed run draws the sam
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from lit_fl.constraints import PositiveInt, check_fields
+from lit_fl.data.proxy_config import PROXY_STREAM, ProxyConfig, as_proxy_config
 from lit_fl.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -31,52 +30,7 @@ if TYPE_CHECKING:
 
     from lit_fl.data.dataset import ImageDataset
 
-#: the stream of the partition seed the proxy sample is drawn from (0: partition, 6: hold-out, 7: client init)
-PROXY_STREAM = 8
-
-
-@dataclass
-class ProxyConfig:
-    """Unlabeled public data on the server (``data.proxy``).
-
-    Args:
-        dataset: a registered dataset whose train split (inputs only) is the proxy, or ``module:loader`` of your
-            own; null = the held-out slice of the federation's own train split (``data.server_fraction``).
-        size: proxy samples drawn from the source by the partition seed, without replacement; null = all of them.
-        options: extra keyword arguments of the proxy dataset's loader.
-    """
-
-    dataset: str | None = None
-    size: PositiveInt | None = None
-    options: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        from lit_fl.data.registry import list_datasets
-        from lit_fl.user_code import is_user_spec, load_object
-
-        check_fields(self, "data.proxy.")
-        if self.dataset is None:
-            return
-        if is_user_spec(self.dataset):
-            load_object(self.dataset, "data.proxy.dataset")
-        elif self.dataset not in list_datasets():
-            raise ConfigError(f"data.proxy.dataset: unknown dataset {self.dataset!r}; allowed: "
-                              f"{', '.join(list_datasets())} (or module:loader of your own, or null for the held-out "
-                              "slice of data.server_fraction)")
-
-
-def as_proxy_config(value: ProxyConfig | dict[str, Any] | None) -> ProxyConfig:
-    """``data.proxy`` as a :class:`ProxyConfig` (a mapping from Python or YAML, or None for the default)."""
-    if value is None:
-        return ProxyConfig()
-    if isinstance(value, ProxyConfig):
-        return value
-    if isinstance(value, dict):
-        unknown = sorted(set(value) - {"dataset", "size", "options"})
-        if unknown:
-            raise ConfigError(f"data.proxy: unknown key {unknown[0]!r}; allowed: dataset, size, options")
-        return ProxyConfig(**value)
-    raise ConfigError(f"data.proxy: expected a mapping {{dataset, size, options}}, got {value!r}")
+__all__ = ["PROXY_STREAM", "ProxyConfig", "as_proxy_config", "build_proxy", "draw", "proxy_batches"]
 
 
 def draw(num_available: int, size: int | None, seed: int, source: str) -> np.ndarray:
