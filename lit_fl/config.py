@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from lit_fl.choices import PARTITIONS
 from lit_fl.constraints import HalfOpenUnitInterval, PositiveFloat, PositiveInt, check_fields
+from lit_fl.data.proxy_config import ProxyConfig, as_proxy_config
 from lit_fl.errors import ConfigError
 from lit_fl.steps.precision import PRECISIONS
 
@@ -27,7 +28,11 @@ class DataConfig:
         zeta: shards per client for ``shards`` (Def-KT).
         val_fraction: share of every client's partition kept for its validation split (SPEC: 0.2).
         server_fraction: share of the train set held out from every client as unlabeled server data
-            (codistillation's distillation set); 0 = none.
+            (codistillation's distillation set, the default source of ``proxy``); 0 = none.
+        proxy: unlabeled public (proxy) data on the server for the distillation baselines (FedDF, ...):
+            ``{dataset: NAME | null, size: N | null, options: {...}}``; ``dataset: null`` = the held-out slice of
+            ``server_fraction``, a name = that dataset's train split (inputs of the federation's shape); ``size``
+            samples drawn by the seed (null = all). docs/baselines.md "Proxy data".
         options: extra keyword arguments of the dataset loader (e.g. num_classes for synthetic).
         augment: train-time augmentation: ``none``, ``crop_flip`` (random 4-pixel-padded crop with black
             padding plus horizontal flip, on the tensors) or ``auto`` = the dataset's default: ``crop_flip``
@@ -45,6 +50,7 @@ class DataConfig:
     zeta: PositiveInt = 2
     val_fraction: HalfOpenUnitInterval = 0.2
     server_fraction: HalfOpenUnitInterval = 0.0
+    proxy: ProxyConfig = field(default_factory=ProxyConfig)
     options: dict[str, Any] = field(default_factory=dict)
     augment: Literal["auto", "none", "crop_flip"] = "auto"
 
@@ -58,6 +64,7 @@ class DataConfig:
             raise ConfigError(f"data.dataset: unknown dataset {self.dataset!r}; allowed: {', '.join(list_datasets())}"
                               " (or module:loader of your own)")
         check_fields(self, "data.")
+        self.proxy = as_proxy_config(self.proxy)  # type: ignore[arg-type]
         if self.partition not in PARTITIONS:
             raise ConfigError(f"data.partition: {self.partition!r} is not allowed; allowed: {', '.join(PARTITIONS)}")
         if self.augment not in ("auto", "none", "crop_flip"):

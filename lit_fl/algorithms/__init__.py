@@ -15,6 +15,7 @@ from lit_fl.algorithms.dfml import DFML
 from lit_fl.algorithms.dispfl import DisPFL
 from lit_fl.algorithms.fedavg import DecentralizedFedAvg
 from lit_fl.algorithms.fedntd import FedNTD
+from lit_fl.algorithms.feddf import FedDF
 from lit_fl.algorithms.fedorion import FedORION
 from lit_fl.algorithms.fedper import FedPer
 from lit_fl.algorithms.fedprox import DecentralizedFedProx
@@ -40,6 +41,7 @@ __all__ = [
     "DefKT",
     "DisPFL",
     "FedNTD",
+    "FedDF",
     "FedORION",
     "FedPer",
     "FedRolex",

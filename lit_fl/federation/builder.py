@@ -10,6 +10,7 @@ import torch
 from lit_fl.config import DataConfig, ModelsConfig
 from lit_fl.data.dataset import ImageDataset
 from lit_fl.data.partition import class_proportions, partition, split_train_val
+from lit_fl.data.proxy import build_proxy
 from lit_fl.federation.faults import FaultsConfig
 from lit_fl.federation.state import Client, Federation
 from lit_fl.federation.topology import TopologyConfig, build_topology
@@ -66,6 +67,7 @@ def build_federation(
     graph = build_topology(topology or TopologyConfig(), data.num_clients, seed)
     federation = Federation(clients, dataset, seed, graph, faults)
     federation.server_idx = torch.from_numpy(server_idx)
+    federation.proxy = build_proxy(data.proxy, dataset, server_idx, seed, data.root, data.download, channels_last)
     return federation
 
 

@@ -198,6 +198,9 @@ class Federation:
         self.server: dict[str, nn.Module] = {}
         #: Train indices held out from every client (``data.server_fraction``): unlabeled server data.
         self.server_idx: Tensor = torch.empty(0, dtype=torch.long)
+        #: Unlabeled public (proxy) inputs ``(M, C, H, W)`` on the models' device (``data.proxy``, built by
+        #: :func:`lit_fl.data.proxy.build_proxy`; empty without one); batches: :func:`lit_fl.data.proxy.proxy_batches`.
+        self.proxy: Tensor = data.train_x[:0]
 
     @property
     def num_clients(self) -> int:

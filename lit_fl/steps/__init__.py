@@ -16,6 +16,7 @@ from lit_fl.lazy import lazy_exports
 _EXPORTS: dict[str, str] = {
     "BatchedLocalTraining": "lit_fl.steps.batched_local_training",
     "DeepMutualLearning": "lit_fl.steps.deep_mutual_learning",
+    "EnsembleDistillation": "lit_fl.steps.ensemble_distillation",
     "LocalTraining": "lit_fl.steps.local_training",
     "MutualLearning": "lit_fl.steps.mutual_learning",
     "AuxProximalTraining": "lit_fl.steps.aux_proximal_training",
@@ -37,6 +38,7 @@ __all__ = [
     "AuxProximalTraining",
     "BatchedLocalTraining",
     "DeepMutualLearning",
+    "EnsembleDistillation",
     "LocalTraining",
     "MutualLearning",
     "MutualNoiseDistillation",
@@ -59,6 +61,7 @@ if TYPE_CHECKING:
     from lit_fl.steps.batched_local_training import BatchedLocalTraining
     from lit_fl.steps.deep_mutual_learning import DeepMutualLearning
     from lit_fl.steps.distillation import ServerCodistillation
+    from lit_fl.steps.ensemble_distillation import EnsembleDistillation
     from lit_fl.steps.local_training import LocalTraining
     from lit_fl.steps.masked_training import MaskedTraining
     from lit_fl.steps.mutual_learning import MutualLearning
