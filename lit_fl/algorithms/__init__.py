@@ -14,8 +14,8 @@ from lit_fl.algorithms.dfedavgm import DFedAvgM
 from lit_fl.algorithms.dfml import DFML
 from lit_fl.algorithms.dispfl import DisPFL
 from lit_fl.algorithms.fedavg import DecentralizedFedAvg
-from lit_fl.algorithms.fedntd import FedNTD
 from lit_fl.algorithms.feddf import FedDF
+from lit_fl.algorithms.fedntd import FedNTD
 from lit_fl.algorithms.fedorion import FedORION
 from lit_fl.algorithms.fedper import FedPer
 from lit_fl.algorithms.fedprox import DecentralizedFedProx
