@@ -14,11 +14,13 @@ from lit_fl.algorithms.dfedavgm import DFedAvgM
 from lit_fl.algorithms.dfml import DFML
 from lit_fl.algorithms.dispfl import DisPFL
 from lit_fl.algorithms.fedavg import DecentralizedFedAvg
+from lit_fl.algorithms.fedkemf import FedKEMF
 from lit_fl.algorithms.fedorion import FedORION
 from lit_fl.algorithms.fedper import FedPer
 from lit_fl.algorithms.fedprox import DecentralizedFedProx
 from lit_fl.algorithms.fml import DecentralizedFML
 from lit_fl.algorithms.fullavg_combo import Combo, FullAvg
+from lit_fl.algorithms.ktpfl import KTpFL
 from lit_fl.algorithms.local import Local
 from lit_fl.algorithms.partial_training import FederatedDropout, FedRolex, HeteroFL
 from lit_fl.algorithms.scaffold import SCAFFOLD
@@ -36,12 +38,14 @@ __all__ = [
     "DecentralizedFedProx",
     "DefKT",
     "DisPFL",
+    "FedKEMF",
     "FedORION",
     "FedPer",
     "FedRolex",
     "FederatedDropout",
     "FullAvg",
     "HeteroFL",
+    "KTpFL",
     "Local",
     "MergedCodist",
     "PeriodicCodist",

@@ -22,6 +22,7 @@ _EXPORTS: dict[str, str] = {
     "MutualNoiseDistillation": "lit_fl.steps.noise_distillation",
     "NoiseDistillation": "lit_fl.steps.noise_distillation",
     "ServerCodistillation": "lit_fl.steps.distillation",
+    "SoftTargetDistillation": "lit_fl.steps.soft_target",
     "ScaffoldTraining": "lit_fl.steps.scaffold_training",
     "MaskedTraining": "lit_fl.steps.masked_training",
     "NoiseBatches": "lit_fl.steps.noise",
@@ -46,6 +47,7 @@ __all__ = [
     "ScaffoldTraining",
     "MaskedTraining",
     "ServerCodistillation",
+    "SoftTargetDistillation",
     "StepRunner",
     "load_weights",
     "weighted_average",
@@ -66,6 +68,7 @@ if TYPE_CHECKING:
     from lit_fl.steps.precision import PRECISIONS
     from lit_fl.steps.runner import StepRunner
     from lit_fl.steps.scaffold_training import ScaffoldTraining
+    from lit_fl.steps.soft_target import SoftTargetDistillation
 
 
 __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)
