@@ -202,8 +202,9 @@ def test_ledger_records_soft_predictions_both_ways() -> None:
 
 
 def test_no_public_data_is_refused() -> None:
-    from lit_fl.errors import ConfigError
     from federations import tiny_federation
+
+    from lit_fl.errors import ConfigError
 
     with pytest.raises(ConfigError, match="server_fraction"):
         KTpFL().setup(tiny_federation(num_clients=4))
