@@ -15,12 +15,14 @@ from lit_fl.algorithms.dfml import DFML
 from lit_fl.algorithms.dispfl import DisPFL
 from lit_fl.algorithms.fedavg import DecentralizedFedAvg
 from lit_fl.algorithms.feddf import FedDF
+from lit_fl.algorithms.fedkemf import FedKEMF
 from lit_fl.algorithms.fedntd import FedNTD
 from lit_fl.algorithms.fedorion import FedORION
 from lit_fl.algorithms.fedper import FedPer
 from lit_fl.algorithms.fedprox import DecentralizedFedProx
 from lit_fl.algorithms.fml import DecentralizedFML
 from lit_fl.algorithms.fullavg_combo import Combo, FullAvg
+from lit_fl.algorithms.ktpfl import KTpFL
 from lit_fl.algorithms.local import Local
 from lit_fl.algorithms.partial_training import FederatedDropout, FedRolex, HeteroFL
 from lit_fl.algorithms.scaffold import SCAFFOLD
@@ -42,12 +44,14 @@ __all__ = [
     "DisPFL",
     "FedNTD",
     "FedDF",
+    "FedKEMF",
     "FedORION",
     "FedPer",
     "FedRolex",
     "FederatedDropout",
     "FullAvg",
     "HeteroFL",
+    "KTpFL",
     "Local",
     "MergedCodist",
     "PeriodicCodist",

@@ -23,6 +23,7 @@ _EXPORTS: dict[str, str] = {
     "MutualNoiseDistillation": "lit_fl.steps.noise_distillation",
     "NoiseDistillation": "lit_fl.steps.noise_distillation",
     "ServerCodistillation": "lit_fl.steps.distillation",
+    "SoftTargetDistillation": "lit_fl.steps.soft_target",
     "ScaffoldTraining": "lit_fl.steps.scaffold_training",
     "MaskedTraining": "lit_fl.steps.masked_training",
     "NotTrueDistillation": "lit_fl.steps.not_true_distillation",
@@ -50,6 +51,7 @@ __all__ = [
     "ScaffoldTraining",
     "MaskedTraining",
     "ServerCodistillation",
+    "SoftTargetDistillation",
     "StepRunner",
     "load_weights",
     "weighted_average",
@@ -72,6 +74,7 @@ if TYPE_CHECKING:
     from lit_fl.steps.precision import PRECISIONS
     from lit_fl.steps.runner import StepRunner
     from lit_fl.steps.scaffold_training import ScaffoldTraining
+    from lit_fl.steps.soft_target import SoftTargetDistillation
 
 
 __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

@@ -1,0 +1,217 @@
+"""FedKEMF: resource-aware FL by knowledge extraction and multi-model fusion (Yu, Nguyen, Munoz, Jannesari,
+arXiv 2208.07978, 2022; "Enhancing Heterogeneous Federated Learning with Knowledge Extraction and Multi-Model
+Fusion"); docs/baselines.md "FedKEMF".
+
+Every client keeps its own (large, heterogeneous) local model; all share a small *knowledge network*, whose global
+version the server holds (``federation.server["global"]``, evaluated as ``server_acc/global``; default architecture:
+the smallest of the pool, the WRN40 role of FedORION sec. 4.1). Each round:
+
+1. ``S``: ``round(client_fraction * N)`` clients (``federation.rng.selection``) download the global knowledge
+   network (ledger ``give_back(-1, i, ...)``).
+2. Knowledge extraction: deep mutual learning between the local model and the received knowledge network on the
+   client's data, ``local_epochs`` epochs, each ``CE + kl_weight * KL(p_peer || p_own)`` with the peer detached
+   (:class:`~lit_fl.steps.DeepMutualLearning`, the shape of FedORION's client phase), both at ``lr``.
+3. The clients upload their knowledge networks (``send(i, -1, ...)``); the local models never travel.
+4. Multi-model fusion (:func:`fuse_knowledge`): the server averages the received knowledge networks (FedAvg,
+   weighted by sample counts, buffers included), then distils the ensemble of the received networks into the
+   average on the public (unlabeled) data: ``server_epochs`` epochs of batches of ``server_batch_size``, loss
+   ``T^2 CE(sum_i n_i / sum n * softmax(f_i(x) / T), f_g(x) / T)`` (:func:`ensemble_soft_target`;
+   :class:`~lit_fl.steps.NoiseDistillation` with real inputs, teachers in eval mode), SGD ``server_lr``.
+
+Public data: :meth:`FedKEMF.public_inputs` (the held-out unlabeled slice of the train set, ``data.server_fraction >
+0``, as Codistillation reads it), the one place public data is read. Evaluation: the server's knowledge network
+(``server_acc/global``); ``global_acc`` is the clients' local models.
+
+Defaults: FedORION's shared setting (sec. 4.1/4.2.1): SGD momentum 0.9, client lr 0.01, server lr 0.001, client
+batch 32, server batch 128, 10 local epochs, 5 server epochs, 30% of the clients per round, clients initialised
+independently. lit-fl's choices (docs/baselines.md): sample-weighted averaging and ensemble, ``T`` = 1, the
+student's BatchNorm statistics updated on the public data.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+from lit_fl import steps
+from lit_fl.algorithms.base import Algorithm, RoundResult, nanmean, phase_losses
+from lit_fl.algorithms.fedorion import _memory_format, smallest_architecture
+from lit_fl.algorithms.ktpfl import NO_PUBLIC_DATA, select_fraction, tensor_batches
+from lit_fl.algorithms.registry import register_algorithm
+from lit_fl.choices import SupervisedLoss
+from lit_fl.constraints import BatchStatisticsSize, Fraction, NonNegativeFloat, NonNegativeInt, PositiveFloat
+from lit_fl.errors import ConfigError
+from lit_fl.models import create_model
+from lit_fl.steps.optim import SGDConfig
+
+if TYPE_CHECKING:
+    from torch import Tensor, nn
+
+    from lit_fl.federation.ledger import CommunicationLedger
+    from lit_fl.federation.state import Client, Federation
+    from lit_fl.steps.phase import ClientWork
+    from lit_fl.steps.runner import StepRunner
+
+GLOBAL = "global"
+
+
+def ensemble_soft_target(teacher_logits: Sequence[Tensor], weights: Sequence[float], temperature: float) -> Tensor:
+    """The fused teacher: ``sum_i w_i softmax(z_i / T)`` with ``w`` normalised to sum to 1."""
+    import torch
+
+    total = float(sum(weights))
+    return sum((float(w) / total) * torch.softmax(z / temperature, dim=1) for z, w in zip(teacher_logits, weights))
+
+
+def fuse_knowledge(states: Sequence[dict[str, Tensor]], weights: Sequence[float]) -> dict[str, Tensor]:
+    """The aggregation of the knowledge networks: ``sum_i w_i theta_i / sum w`` per tensor (floating buffers
+    included; integer counters: the first network's), :func:`lit_fl.steps.weighted_average`."""
+    return steps.weighted_average(list(states), list(weights))
+
+
+@register_algorithm
+class FedKEMF(Algorithm):
+    """FedKEMF (Yu et al. 2022) with FedORION's shared setting; clients initialise their local models
+    independently (``paper_same_init = False``, FedORION sec. 4.1).
+
+    Args:
+        global_arch: architecture of the knowledge network; None = the smallest of the pool by parameter count.
+        client_fraction: share of the clients per round, ``round(f * N)`` (FedORION sec. 4.2.1: 0.3).
+        kl_weight: weight of the mutual-learning KL term of both models (DML: 1).
+        aggregation: ``samples`` (FedAvg's weights n_i, default) or ``uniform``; also the ensemble's weights.
+        server_epochs: epochs of ensemble distillation on the public data per round (FedORION sec. 4.2: 5; 0 =
+            averaging only).
+        server_batch_size: the server's batch size (FedORION sec. 4.1: 128).
+        server_lr: the server's SGD learning rate (FedORION sec. 4.1: 0.001).
+        server_momentum: the server's SGD momentum (FedORION sec. 4.1: 0.9).
+        temperature: ``T`` of the ensemble distillation (lit-fl: 1).
+        local_epochs: epochs of mutual learning per round (FedORION sec. 4.2.1: 10).
+        loss: the clients' supervised loss (``ce``).
+        lr: the clients' learning rate, both models (FedORION sec. 4.1: 0.01).
+        momentum: the clients' SGD momentum (FedORION sec. 4.1: 0.9).
+        weight_decay: the clients' SGD weight decay (FedORION names none: 0).
+        batch_size: the clients' batch size (FedORION sec. 4.1: 32).
+    """
+
+    paper_same_init = False
+    uses_topology = False  # every selected client talks to the server
+
+    def __init__(
+        self,
+        global_arch: str | None = None,
+        client_fraction: Fraction = 0.3,
+        kl_weight: NonNegativeFloat = 1.0,
+        aggregation: Literal["samples", "uniform"] = "samples",
+        server_epochs: NonNegativeInt = 5,
+        server_batch_size: BatchStatisticsSize = 128,
+        server_lr: PositiveFloat = 0.001,
+        server_momentum: float = 0.9,
+        temperature: PositiveFloat = 1.0,
+        local_epochs: int = 10,
+        loss: SupervisedLoss = "ce",
+        lr: float = 0.01,
+        momentum: float = 0.9,
+        weight_decay: float = 0.0,
+        batch_size: int = 32,
+    ) -> None:
+        super().__init__(local_epochs=local_epochs, loss=loss, lr=lr, momentum=momentum, weight_decay=weight_decay,
+                         batch_size=batch_size)
+        if aggregation not in ("samples", "uniform"):
+            raise ConfigError(f"algorithm.aggregation must be one of samples, uniform; got {aggregation!r}")
+        self.global_arch = global_arch
+        self.client_fraction = client_fraction
+        self.kl_weight = float(kl_weight)
+        self.aggregation = aggregation
+        self.server_epochs = server_epochs
+        self.server_batch_size = server_batch_size
+        self.server_optimizer = SGDConfig(server_lr, server_momentum, 0.0, key="algorithm.server_")
+        self.temperature = float(temperature)
+
+    # -- setup -------------------------------------------------------------------------------------------
+
+    def setup(self, federation: Federation) -> None:
+        """Check the public data, resolve the knowledge network's architecture and create it (once)."""
+        import torch
+
+        if len(federation.server_idx) == 0:
+            raise ConfigError(NO_PUBLIC_DATA.format(name="FedKEMF"))
+        arch = self.global_arch or smallest_architecture(federation)
+        self.global_arch = arch
+        if GLOBAL in federation.server:
+            return
+        first = federation.clients[0].model
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(federation.seed * 1_000 + 996)
+            model = create_model(arch, federation.data.input_shape, federation.num_classes)
+        param = next(first.parameters())
+        federation.server[GLOBAL] = model.to(param.device, memory_format=_memory_format(first))
+
+    def public_inputs(self, federation: Federation) -> Tensor:
+        """The public (unlabeled) inputs: the held-out slice ``federation.server_idx`` of the train set (its labels
+        are never read). The ONE place FedKEMF reads public data."""
+        idx = federation.server_idx
+        return federation.data.train_x[idx.to(federation.data.train_x.device)]
+
+    # -- round -------------------------------------------------------------------------------------------
+
+    def run_round(
+        self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger
+    ) -> RoundResult:
+        server = federation.server[GLOBAL]
+        selected = select_fraction(federation, self.client_fraction)
+        start = {k: v.detach().clone() for k, v in server.state_dict().items()}
+
+        works: list[ClientWork | None] = []
+        knowledge: dict[int, nn.Module] = {}
+        for cid in selected:
+            if not ledger.give_back(-1, cid, server):  # the global knowledge network goes down
+                works.append(None)
+                continue
+            knowledge[cid] = copy.deepcopy(server)
+            steps.load_weights(knowledge[cid], start)
+            works.append(self.dml_work(federation.clients[cid], knowledge[cid], federation))
+        losses = phase_losses(runner.run_phase(works))
+
+        received: list[Client] = []
+        for cid, network in knowledge.items():
+            client = federation.clients[cid]
+            if ledger.send(cid, -1, network) and client.num_train > 0:  # the knowledge network goes up
+                received.append(client)
+        kd_loss = float("nan")
+        if received:
+            weights = [float(c.num_train) if self.aggregation == "samples" else 1.0 for c in received]
+            teachers = [knowledge[c.id] for c in received]
+            steps.load_weights(server, fuse_knowledge([t.state_dict() for t in teachers], weights))
+            if self.server_epochs > 0:
+                kd_loss = self.distill(server, teachers, weights, federation, runner)
+        return RoundResult(senders=tuple(c.id for c in received), train_loss=nanmean(losses),
+                           extra={"kd_loss": kd_loss})
+
+    def dml_work(self, client: Client, network: nn.Module, federation: Federation) -> ClientWork | None:
+        """Knowledge extraction: DML between the local model and the knowledge network on the client's data."""
+        step = steps.DeepMutualLearning(client.model, network, client.class_proportions, loss=self.loss,
+                                        kl_weight=self.kl_weight, optimizer=self.optimizer)
+        return self.work(client, step, federation, self.local_epochs)
+
+    def distill(self, server: nn.Module, teachers: list[nn.Module], weights: list[float], federation: Federation,
+                runner: StepRunner) -> float:
+        """Ensemble distillation of ``teachers`` into ``server`` on the public inputs; the mean batch loss."""
+        import torch
+
+        x = self.public_inputs(federation)
+        step = steps.NoiseDistillation(server, teachers, weights, bn_stats="running", student_running_stats="update",
+                                       temperature=self.temperature, optimizer=self.server_optimizer)
+        dummy = torch.zeros(len(x), dtype=torch.long, device=x.device)
+        batches = tensor_batches(x, dummy, self.server_batch_size, federation.rng.data_order, self.server_epochs)
+        return runner.train(step, batches)
+
+    # -- checkpoint --------------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"global_arch": self.global_arch}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state["global_arch"] != self.global_arch:
+            raise ConfigError(f"checkpoint: the knowledge network is {state['global_arch']}, this config builds "
+                              f"{self.global_arch}")
