@@ -102,7 +102,7 @@ def test_round_is_dml_average_and_ensemble_distillation_by_hand() -> None:
     with torch.no_grad():
         for name, p in student.named_parameters():
             p.copy_(sum(w * dict(nets[c].named_parameters())[name] for w, c in zip(weights, chosen)) / sum(weights))
-    x_pub = x_all[fed.server_idx]
+    x_pub = fed.proxy.double()  # data.proxy: the held-out slice by default
     for x, _ in permuted(x_pub, torch.zeros(len(x_pub)), server_batch, 2, generator):
         with torch.no_grad():
             target = sum(w / sum(weights) * torch.softmax(nets[c](x) / temp, dim=1) for w, c in zip(weights, chosen))

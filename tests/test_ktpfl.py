@@ -164,7 +164,7 @@ def test_round_is_local_training_coefficient_step_and_distillation_by_hand() -> 
     for cid in chosen:  # the local phase draws every client's order in the works' order
         idx = fed.clients[cid].train_idx
         plain_sgd(models[cid], permuted(x_all[idx], y_all[idx], batch, 1, generator), hand_ce, lr)
-    x_pub = x_all[fed.server_idx]
+    x_pub = fed.proxy.double()  # data.proxy: the held-out slice by default
     with torch.no_grad():
         soft = torch.stack([torch.softmax(models[cid](x_pub) / temp, dim=1) for cid in chosen])
     block = start_c[chosen][:, chosen]
@@ -194,7 +194,7 @@ def test_ledger_records_soft_predictions_both_ways() -> None:
     ledger = CommunicationLedger()
     ledger.start_round()
     result = algo.run_round(1, fed, StepRunner(accelerator="cpu"), ledger)
-    mb = len(fed.server_idx) * fed.num_classes * 4 / MB
+    mb = len(fed.proxy) * fed.num_classes * 4 / MB
     want = [(cid, -1) for cid in result.senders] + [(-1, cid) for cid in result.senders]
     assert [(s, t) for s, t, _ in ledger.transfers] == want
     assert all(m == pytest.approx(mb, rel=1e-12) for _, _, m in ledger.transfers)

@@ -134,7 +134,7 @@ class FedKEMF(Algorithm):
         """Check the public data, resolve the knowledge network's architecture and create it (once)."""
         import torch
 
-        if len(federation.server_idx) == 0:
+        if len(federation.proxy) == 0:
             raise ConfigError(NO_PUBLIC_DATA.format(name="FedKEMF"))
         arch = self.global_arch or smallest_architecture(federation)
         self.global_arch = arch
@@ -148,10 +148,9 @@ class FedKEMF(Algorithm):
         federation.server[GLOBAL] = model.to(param.device, memory_format=_memory_format(first))
 
     def public_inputs(self, federation: Federation) -> Tensor:
-        """The public (unlabeled) inputs: the held-out slice ``federation.server_idx`` of the train set (its labels
-        are never read). The ONE place FedKEMF reads public data."""
-        idx = federation.server_idx
-        return federation.data.train_x[idx.to(federation.data.train_x.device)]
+        """The public (unlabeled) inputs: ``data.proxy`` (``federation.proxy``; by default the held-out slice of the
+        train set, whose labels are never read). The ONE place FedKEMF reads public data."""
+        return federation.proxy
 
     # -- round -------------------------------------------------------------------------------------------
 

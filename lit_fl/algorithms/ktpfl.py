@@ -53,7 +53,8 @@ if TYPE_CHECKING:
     from lit_fl.steps.phase import ClientWork
     from lit_fl.steps.runner import StepRunner
 
-NO_PUBLIC_DATA = "{name} distils on public data: set data.server_fraction > 0 (the held-out unlabeled slice)"
+NO_PUBLIC_DATA = ("{name} distils on public data (data.proxy): set data.proxy.dataset, or data.server_fraction > 0 "
+                  "for the held-out unlabeled slice")
 
 
 def personalized_targets(coefficients: Tensor, soft: Tensor) -> Tensor:
@@ -194,18 +195,17 @@ class KTpFL(Algorithm):
         """Check the public data and start ``C`` at ``1/N``."""
         import torch
 
-        if len(federation.server_idx) == 0:
+        if len(federation.proxy) == 0:
             raise ConfigError(NO_PUBLIC_DATA.format(name="KT-pFL"))
         n = federation.num_clients
         self.coefficients = torch.full((n, n), 1.0 / n, dtype=torch.float64)
 
     def public_inputs(self, federation: Federation) -> Tensor:
-        """The public (unlabeled) inputs: the held-out slice ``federation.server_idx`` of the train set (its labels
-        are never read), the first ``public_size`` of them. The ONE place KT-pFL reads public data."""
-        idx = federation.server_idx
-        if self.public_size is not None:
-            idx = idx[: self.public_size]
-        return federation.data.train_x[idx.to(federation.data.train_x.device)]
+        """The public (unlabeled) inputs: ``data.proxy`` (``federation.proxy``; by default the held-out slice of the
+        train set, whose labels are never read), the first ``public_size`` of them. The ONE place KT-pFL reads
+        public data."""
+        inputs = federation.proxy
+        return inputs if self.public_size is None else inputs[: self.public_size]
 
     # -- round -------------------------------------------------------------------------------------------
 
