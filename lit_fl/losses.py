@@ -80,6 +80,7 @@ def not_true_kl(student_logits: Tensor, teacher_logits: Tensor, target: Tensor, 
         log_p = F.log_softmax(not_true_logits(at_least_float32(teacher_logits.detach()), target) / t, dim=-1)
         return (log_p.exp() * (log_p - log_q)).sum(-1)
 
+
 def teacher_weights(num_params: Sequence[int], student: int, weighted: bool = True) -> list[float]:
     """Weights of DFML Eq. 3 for ``student``: ``Phi_q / sum_{u != n} Phi_u`` over teachers ``q != n``.
 
