@@ -13,6 +13,7 @@ from lit_fl.algorithms.defkt import DefKT
 from lit_fl.algorithms.dfedavgm import DFedAvgM
 from lit_fl.algorithms.dfml import DFML
 from lit_fl.algorithms.dispfl import DisPFL
+from lit_fl.algorithms.fdmeta import FDmeta
 from lit_fl.algorithms.fedavg import DecentralizedFedAvg
 from lit_fl.algorithms.fedntd import FedNTD
 from lit_fl.algorithms.fedorion import FedORION
@@ -39,6 +40,7 @@ __all__ = [
     "DecentralizedFedProx",
     "DefKT",
     "DisPFL",
+    "FDmeta",
     "FedNTD",
     "FedORION",
     "FedPer",

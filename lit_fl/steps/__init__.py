@@ -23,6 +23,7 @@ _EXPORTS: dict[str, str] = {
     "NoiseDistillation": "lit_fl.steps.noise_distillation",
     "ServerCodistillation": "lit_fl.steps.distillation",
     "ScaffoldTraining": "lit_fl.steps.scaffold_training",
+    "SoftTargetDistillation": "lit_fl.steps.soft_target_distillation",
     "MaskedTraining": "lit_fl.steps.masked_training",
     "NotTrueDistillation": "lit_fl.steps.not_true_distillation",
     "NoiseBatches": "lit_fl.steps.noise",
@@ -48,6 +49,7 @@ __all__ = [
     "ScaffoldTraining",
     "MaskedTraining",
     "ServerCodistillation",
+    "SoftTargetDistillation",
     "StepRunner",
     "load_weights",
     "weighted_average",
@@ -69,6 +71,7 @@ if TYPE_CHECKING:
     from lit_fl.steps.precision import PRECISIONS
     from lit_fl.steps.runner import StepRunner
     from lit_fl.steps.scaffold_training import ScaffoldTraining
+    from lit_fl.steps.soft_target_distillation import SoftTargetDistillation
 
 
 __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)
