@@ -23,7 +23,7 @@ PAPER_LOSS = {
     "DefKT": "wsm", "FullAvg": "wsm", "Combo": "wsm", "HeteroFL": "wsm", "FedRolex": "wsm",
     "FederatedDropout": "wsm", "Local": "ce", "FedPer": "ce", "UAPDFL": "ce", "DFedAvgM": "ce", "FedORION": "ce",
     "PeriodicCodist": "ce", "MergedCodist": "ce", "SCAFFOLD": "ce", "DisPFL": "ce", "CriticalFL": "ce",
-    "ServerFedAvg": "ce", "ServerFedProx": "ce", "FedNTD": "ce",
+    "ServerFedAvg": "ce", "ServerFedProx": "ce", "FedNTD": "ce", "FDmeta": "ce",
 }
 
 
