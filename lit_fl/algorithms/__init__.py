@@ -13,6 +13,7 @@ from lit_fl.algorithms.defkt import DefKT
 from lit_fl.algorithms.dfedavgm import DFedAvgM
 from lit_fl.algorithms.dfml import DFML
 from lit_fl.algorithms.dispfl import DisPFL
+from lit_fl.algorithms.fdmeta import FDmeta
 from lit_fl.algorithms.fedavg import DecentralizedFedAvg
 from lit_fl.algorithms.feddf import FedDF
 from lit_fl.algorithms.fedkemf import FedKEMF
@@ -42,6 +43,7 @@ __all__ = [
     "DecentralizedFedProx",
     "DefKT",
     "DisPFL",
+    "FDmeta",
     "FedNTD",
     "FedDF",
     "FedKEMF",

@@ -24,6 +24,7 @@ _EXPORTS: dict[str, str] = {
     "NoiseDistillation": "lit_fl.steps.noise_distillation",
     "ServerCodistillation": "lit_fl.steps.distillation",
     "SoftTargetDistillation": "lit_fl.steps.soft_target",
+    "LogitTargetDistillation": "lit_fl.steps.logit_target_distillation",
     "ScaffoldTraining": "lit_fl.steps.scaffold_training",
     "MaskedTraining": "lit_fl.steps.masked_training",
     "NotTrueDistillation": "lit_fl.steps.not_true_distillation",
@@ -52,6 +53,7 @@ __all__ = [
     "MaskedTraining",
     "ServerCodistillation",
     "SoftTargetDistillation",
+    "LogitTargetDistillation",
     "StepRunner",
     "load_weights",
     "weighted_average",
@@ -65,6 +67,7 @@ if TYPE_CHECKING:
     from lit_fl.steps.distillation import ServerCodistillation
     from lit_fl.steps.ensemble_distillation import EnsembleDistillation
     from lit_fl.steps.local_training import LocalTraining
+    from lit_fl.steps.logit_target_distillation import LogitTargetDistillation
     from lit_fl.steps.masked_training import MaskedTraining
     from lit_fl.steps.mutual_learning import MutualLearning
     from lit_fl.steps.noise import NoiseBatches
