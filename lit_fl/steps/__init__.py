@@ -23,6 +23,7 @@ _EXPORTS: dict[str, str] = {
     "NoiseDistillation": "lit_fl.steps.noise_distillation",
     "ServerCodistillation": "lit_fl.steps.distillation",
     "ScaffoldTraining": "lit_fl.steps.scaffold_training",
+    "TargetDistillation": "lit_fl.steps.target_distillation",
     "MaskedTraining": "lit_fl.steps.masked_training",
     "NoiseBatches": "lit_fl.steps.noise",
     "SGDConfig": "lit_fl.steps.optim",
@@ -47,6 +48,7 @@ __all__ = [
     "MaskedTraining",
     "ServerCodistillation",
     "StepRunner",
+    "TargetDistillation",
     "load_weights",
     "weighted_average",
 ]
@@ -66,6 +68,7 @@ if TYPE_CHECKING:
     from lit_fl.steps.precision import PRECISIONS
     from lit_fl.steps.runner import StepRunner
     from lit_fl.steps.scaffold_training import ScaffoldTraining
+    from lit_fl.steps.target_distillation import TargetDistillation
 
 
 __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)
