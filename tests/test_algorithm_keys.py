@@ -23,6 +23,7 @@ PAPER_LOSS = {
     "DefKT": "wsm", "FullAvg": "wsm", "Combo": "wsm", "HeteroFL": "wsm", "FedRolex": "wsm",
     "FederatedDropout": "wsm", "Local": "ce", "FedPer": "ce", "UAPDFL": "ce", "DFedAvgM": "ce", "FedORION": "ce",
     "PeriodicCodist": "ce", "MergedCodist": "ce", "SCAFFOLD": "ce", "DisPFL": "ce", "CriticalFL": "ce",
+    "FedMD": "ce", "DSFL": "ce",
 }
 
 

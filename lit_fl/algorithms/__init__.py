@@ -13,7 +13,9 @@ from lit_fl.algorithms.defkt import DefKT
 from lit_fl.algorithms.dfedavgm import DFedAvgM
 from lit_fl.algorithms.dfml import DFML
 from lit_fl.algorithms.dispfl import DisPFL
+from lit_fl.algorithms.dsfl import DSFL
 from lit_fl.algorithms.fedavg import DecentralizedFedAvg
+from lit_fl.algorithms.fedmd import FedMD
 from lit_fl.algorithms.fedorion import FedORION
 from lit_fl.algorithms.fedper import FedPer
 from lit_fl.algorithms.fedprox import DecentralizedFedProx
@@ -30,12 +32,14 @@ __all__ = [
     "CriticalFL",
     "DFML",
     "DFedAvgM",
+    "DSFL",
     "DecentralizedAlgorithm",
     "DecentralizedFML",
     "DecentralizedFedAvg",
     "DecentralizedFedProx",
     "DefKT",
     "DisPFL",
+    "FedMD",
     "FedORION",
     "FedPer",
     "FedRolex",
