@@ -24,7 +24,7 @@ PAPER_LOSS = {
     "FederatedDropout": "wsm", "Local": "ce", "FedPer": "ce", "UAPDFL": "ce", "DFedAvgM": "ce", "FedORION": "ce",
     "PeriodicCodist": "ce", "MergedCodist": "ce", "SCAFFOLD": "ce", "DisPFL": "ce", "CriticalFL": "ce",
     "ServerFedAvg": "ce", "ServerFedProx": "ce", "FedNTD": "ce", "FedDF": "ce", "KTpFL": "ce", "FedKEMF": "ce",
-    "FDmeta": "ce",
+    "FDmeta": "ce", "FedMD": "ce", "DSFL": "ce",
 }
 
 

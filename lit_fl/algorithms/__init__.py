@@ -13,10 +13,12 @@ from lit_fl.algorithms.defkt import DefKT
 from lit_fl.algorithms.dfedavgm import DFedAvgM
 from lit_fl.algorithms.dfml import DFML
 from lit_fl.algorithms.dispfl import DisPFL
+from lit_fl.algorithms.dsfl import DSFL
 from lit_fl.algorithms.fdmeta import FDmeta
 from lit_fl.algorithms.fedavg import DecentralizedFedAvg
 from lit_fl.algorithms.feddf import FedDF
 from lit_fl.algorithms.fedkemf import FedKEMF
+from lit_fl.algorithms.fedmd import FedMD
 from lit_fl.algorithms.fedntd import FedNTD
 from lit_fl.algorithms.fedorion import FedORION
 from lit_fl.algorithms.fedper import FedPer
@@ -37,6 +39,7 @@ __all__ = [
     "CriticalFL",
     "DFML",
     "DFedAvgM",
+    "DSFL",
     "DecentralizedAlgorithm",
     "DecentralizedFML",
     "DecentralizedFedAvg",
@@ -47,6 +50,7 @@ __all__ = [
     "FedNTD",
     "FedDF",
     "FedKEMF",
+    "FedMD",
     "FedORION",
     "FedPer",
     "FedRolex",

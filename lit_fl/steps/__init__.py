@@ -26,6 +26,7 @@ _EXPORTS: dict[str, str] = {
     "SoftTargetDistillation": "lit_fl.steps.soft_target",
     "LogitTargetDistillation": "lit_fl.steps.logit_target_distillation",
     "ScaffoldTraining": "lit_fl.steps.scaffold_training",
+    "TargetDistillation": "lit_fl.steps.target_distillation",
     "MaskedTraining": "lit_fl.steps.masked_training",
     "NotTrueDistillation": "lit_fl.steps.not_true_distillation",
     "NoiseBatches": "lit_fl.steps.noise",
@@ -55,6 +56,7 @@ __all__ = [
     "SoftTargetDistillation",
     "LogitTargetDistillation",
     "StepRunner",
+    "TargetDistillation",
     "load_weights",
     "weighted_average",
 ]
@@ -78,6 +80,7 @@ if TYPE_CHECKING:
     from lit_fl.steps.runner import StepRunner
     from lit_fl.steps.scaffold_training import ScaffoldTraining
     from lit_fl.steps.soft_target import SoftTargetDistillation
+    from lit_fl.steps.target_distillation import TargetDistillation
 
 
 __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

@@ -1,0 +1,222 @@
+"""DS-FL: distillation-based semi-supervised federated learning (Itahara, Nishio, Koda, Morikura, Yamamoto, IEEE
+TMC 2023, arXiv 2008.06180), with entropy reduction aggregation (ERA); docs/baselines.md "DS-FL".
+
+The clients exchange no weights: only their outputs on an unlabeled open (public) dataset. Each round:
+
+1. ``S``: ``round(client_fraction * N)`` clients drawn from ``federation.rng.selection`` (FedORION sec. 4.2.1: 30%).
+2. Update: each client of ``S`` trains on its private data, ``local_epochs`` epochs (CE).
+3. Prediction and upload: on this round's open subset ``x_1..x_P`` (``public_size`` samples, all by default)
+   client ``k`` computes its local logits ``p_k(x_j) = softmax(f_k(x_j))`` (DS-FL's "logits" are the softmax
+   outputs; eval mode) and sends them: ledger ``send(k, -1, Payload([P x classes]))``.
+4. Aggregation (:func:`era`): ``t(x_j) = softmax((1/|S'|) sum_k p_k(x_j) / T)`` over the clients ``S'`` whose
+   outputs arrived: ERA sharpens the average with ``T < 1`` (0.1: DS-FL's value); ``aggregation: sa`` is the simple
+   average ``(1/|S'|) sum_k p_k`` (DS-FL's baseline aggregation).
+5. Server distillation: the global model (``federation.server["global"]``, evaluated as ``server_acc/global``) is
+   trained on ``(x_j, t(x_j))`` for ``server_epochs`` epochs, ``KL(t || softmax(f_g))`` with SGD (``server_lr``,
+   ``server_momentum``, batches of ``server_batch_size``).
+6. Broadcast and distillation: the server sends ``t`` to every client of ``S`` (``give_back(-1, k, Payload)``);
+   each client that received it trains its model on ``(x_j, t(x_j))`` for ``distill_epochs`` epochs with the
+   same KL (= the cross-entropy with soft labels up to a constant), at the clients' SGD settings.
+
+FedORION (sec. 4.1) reports a server model for DS-FL ("test set accuracy of the global server model", WRN40, the
+smallest of its pool); DS-FL trains a global model on the open data and the global logits as well. Here: the
+smallest architecture of the pool by default (``global_arch``), started from the initialisation of a client of that
+architecture. The clients' models are evaluated too (``global_acc``).
+
+Defaults: FedORION's setting (papers/fedorion.txt sec. 4.1, 4.2): clients SGD momentum 0.9, lr 0.01, batch 32, 10
+local epochs, 30% of the clients per round; server SGD lr 0.001 momentum 0.9, batch 128 ("for the baselines [...]
+we use a batch size of 128"), 5 server epochs per round ("10 local epochs for clients and 5 epochs for the
+server"); ERA temperature 0.1 (DS-FL); 2 client distillation epochs (AIJack's DS-FL ``epoch_local_distillation``;
+not given by FedORION).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+from lit_fl.algorithms.base import RoundResult, nanmean, phase_losses
+from lit_fl.algorithms.public_distillation import PublicDistillation, class_scores
+from lit_fl.algorithms.registry import register_algorithm
+from lit_fl.choices import SupervisedLoss
+from lit_fl.constraints import Fraction, Momentum, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
+from lit_fl.errors import ConfigError
+from lit_fl.steps.optim import SGDConfig
+
+if TYPE_CHECKING:
+    from torch import Tensor, nn
+
+    from lit_fl.federation.ledger import CommunicationLedger
+    from lit_fl.federation.state import Federation
+    from lit_fl.steps.phase import ClientWork
+    from lit_fl.steps.runner import StepRunner
+
+GLOBAL = "global"
+Aggregation = Literal["era", "sa"]
+
+
+def mean_probabilities(probs: Sequence[Tensor]) -> Tensor:
+    """``(1/K) sum_k p_k``: the clients' softmax outputs averaged (DS-FL's simple aggregation, SA), in float64."""
+    if not probs:
+        raise ValueError("the aggregation needs the outputs of at least one client")
+    return sum(p.double() for p in probs) / len(probs)
+
+
+def era(probs: Sequence[Tensor], temperature: float) -> Tensor:
+    """DS-FL's entropy reduction aggregation: ``softmax(((1/K) sum_k p_k) / T)`` over the class axis, computed in
+    float64 and returned in the first output's dtype."""
+    import torch
+
+    if temperature <= 0:
+        raise ValueError(f"the ERA temperature must be > 0, got {temperature}")
+    return torch.softmax(mean_probabilities(probs) / temperature, dim=1).to(probs[0].dtype)
+
+
+@register_algorithm
+class DSFL(PublicDistillation):
+    """DS-FL (Itahara et al., IEEE TMC 2023) with ERA and a server (global) model; see the module docstring.
+
+    Args:
+        global_arch: architecture of the server's global model; None = the smallest of the pool by parameter
+            count (FedORION's WRN40 role).
+        client_fraction: share of the clients sampled each round, ``round(f * N)`` (at least 1; FedORION: 0.3).
+        public_size: open-data samples per round (a fresh random subset each round); None = all of them.
+        aggregation: ``era`` (entropy reduction aggregation, DS-FL) or ``sa`` (simple average).
+        temperature: ERA's temperature T (DS-FL: 0.1).
+        distill_epochs: the clients' epochs over the open subset per round (AIJack's DS-FL default: 2).
+        server_epochs: the global model's epochs over the open subset per round (FedORION sec. 4.2: 5; 0: the
+            global model is not trained).
+        server_lr: the global model's SGD learning rate (FedORION sec. 4.1: 0.001).
+        server_momentum: the global model's SGD momentum (FedORION sec. 4.1: 0.9).
+        server_weight_decay: the global model's SGD weight decay (none named: 0).
+        server_batch_size: the global model's batch size (FedORION sec. 4.1: 128).
+        local_epochs: the clients' epochs on their private data per round (FedORION sec. 4.2.1: 10).
+        loss: the clients' supervised loss (``ce``).
+        lr: the clients' SGD learning rate, update and distillation (FedORION sec. 4.1: 0.01).
+        momentum: the clients' SGD momentum (FedORION sec. 4.1: 0.9).
+        weight_decay: the clients' SGD weight decay (FedORION names none: 0).
+        batch_size: the clients' batch size, update and distillation (FedORION sec. 4.1: 32).
+    """
+
+    def __init__(
+        self,
+        global_arch: str | None = None,
+        client_fraction: Fraction = 0.3,
+        public_size: PositiveInt | None = None,
+        aggregation: Aggregation = "era",
+        temperature: PositiveFloat = 0.1,
+        distill_epochs: NonNegativeInt = 2,
+        server_epochs: NonNegativeInt = 5,
+        server_lr: PositiveFloat = 0.001,
+        server_momentum: Momentum = 0.9,
+        server_weight_decay: NonNegativeFloat = 0.0,
+        server_batch_size: PositiveInt = 128,
+        local_epochs: int = 10,
+        loss: SupervisedLoss = "ce",
+        lr: float = 0.01,
+        momentum: float = 0.9,
+        weight_decay: float = 0.0,
+        batch_size: int = 32,
+    ) -> None:
+        super().__init__(local_epochs=local_epochs, loss=loss, lr=lr, momentum=momentum, weight_decay=weight_decay,
+                         batch_size=batch_size)
+        if aggregation not in ("era", "sa"):
+            raise ConfigError(f"algorithm.aggregation must be one of era, sa; got {aggregation!r}")
+        self.global_arch = global_arch
+        self.client_fraction = client_fraction
+        self.public_size = public_size
+        self.aggregation: Aggregation = aggregation
+        self.temperature = float(temperature)
+        self.distill_epochs = distill_epochs
+        self.server_epochs = server_epochs
+        self.server_optimizer = SGDConfig(server_lr, server_momentum, server_weight_decay, key="algorithm.server_")
+        self.server_batch_size = server_batch_size
+
+    # -- setup -------------------------------------------------------------------------------------------
+
+    def setup(self, federation: Federation) -> None:
+        """Check the public data and create the global model (once)."""
+        from lit_fl.algorithms.fedorion import smallest_architecture
+
+        super().setup(federation)
+        self.global_arch = self.global_arch or smallest_architecture(federation)
+        if GLOBAL not in federation.server:
+            federation.server[GLOBAL] = self._initial_global_model(federation, self.global_arch)
+
+    def _initial_global_model(self, federation: Federation, arch: str) -> nn.Module:
+        """A copy of the initialisation of the first client of ``arch``, else a fresh model of its own seed."""
+        import torch
+
+        from lit_fl.algorithms.fedorion import _memory_format
+        from lit_fl.models import create_model
+
+        same = [c for c in federation.clients if c.arch == arch]
+        if same:
+            return copy.deepcopy(same[0].model)
+        first = federation.clients[0].model
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(federation.seed * 1_000 + 996)
+            model = create_model(arch, federation.data.input_shape, federation.num_classes)
+        return model.to(next(first.parameters()).device, memory_format=_memory_format(first))
+
+    # -- round -------------------------------------------------------------------------------------------
+
+    def aggregate(self, probs: Sequence[Tensor]) -> Tensor:
+        """The global soft labels: :func:`era` (``aggregation: era``) or the simple average (``sa``)."""
+        if self.aggregation == "era":
+            return era(probs, self.temperature)
+        return mean_probabilities(probs).to(probs[0].dtype)
+
+    def distill_work(self, cid: int, federation: Federation, x: Tensor, target: Tensor) -> ClientWork | None:
+        """Client ``cid`` distils the global soft labels ``target`` on the open inputs ``x``."""
+        from lit_fl import steps
+        from lit_fl.steps.phase import ClientWork
+
+        if self.distill_epochs == 0:
+            return None
+        step = steps.TargetDistillation(federation.clients[cid].model, "kl", self.optimizer)
+        return ClientWork(cid, step, self.target_batches(federation, x, target, self.batch_size,
+                                                         self.distill_epochs))
+
+    def run_round(
+        self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger
+    ) -> RoundResult:
+        import torch
+
+        from lit_fl import steps
+        from lit_fl.federation.ledger import Payload
+
+        selected = self.select(federation)
+        update = self.local_phase([federation.clients[cid] for cid in selected], federation, runner)  # Update
+        public = self.public_inputs(federation)
+        x = public[self.round_subset(federation, len(public)).to(public.device)]
+
+        arrived, probs = [], []
+        for cid in selected:  # Prediction, Upload
+            p = torch.softmax(class_scores(federation.clients[cid].model, x), dim=1)
+            if ledger.send(cid, -1, Payload([p])):
+                arrived.append(cid)
+                probs.append(p)
+        server_loss = float("nan")
+        works: list[ClientWork | None] = [None] * len(selected)
+        if probs:
+            target = self.aggregate(probs)  # Aggregation
+            if self.server_epochs > 0:  # the global model distils the global logits
+                step = steps.TargetDistillation(federation.server[GLOBAL], "kl", self.server_optimizer)
+                server_loss = runner.train(step, self.target_batches(federation, x, target, self.server_batch_size,
+                                                                     self.server_epochs))
+            for n, cid in enumerate(selected):  # Broadcast, Distillation
+                if ledger.give_back(-1, cid, Payload([target])):
+                    works[n] = self.distill_work(cid, federation, x, target)
+        distill = phase_losses(runner.run_phase(works))
+        return RoundResult(
+            senders=tuple(arrived),
+            train_loss=nanmean(update),
+            num_participants=len(selected),
+            extra={"distill_loss": nanmean(distill), "server_distill_loss": server_loss,
+                   "public_size": float(len(x))},
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}  # the global model lives in federation.server (checkpointed); nothing else crosses rounds

@@ -1,0 +1,91 @@
+"""What FedMD and DS-FL share: a server that samples clients, a public (unlabeled) dataset on which the clients'
+models are compared, and the transfer of per-sample class scores through the ledger.
+
+All access to the public data is :meth:`PublicDistillation.public_inputs`: ``data.proxy`` (a second dataset's
+inputs, or by default the held-out, unlabeled slice of the train set, ``data.server_fraction > 0``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from lit_fl.algorithms.base import Algorithm
+from lit_fl.errors import ConfigError
+
+if TYPE_CHECKING:
+    from torch import Tensor, nn
+
+    from lit_fl.data.batches import ClientBatches
+    from lit_fl.federation.state import Federation
+
+NO_PUBLIC_DATA = "{name} needs unlabeled public data: set data.server_fraction > 0"
+#: samples per forward pass when the clients score the public data (memory only: no effect on the values)
+SCORE_BATCH = 256
+
+
+def sample_count(fraction: float, num_clients: int) -> int:
+    """``round(fraction * N)`` clients, at least 1 and at most N (half up, as FedORION's and SCAFFOLD's draw)."""
+    return int(min(max(math.floor(fraction * num_clients + 0.5), 1), num_clients))
+
+
+def class_scores(model: nn.Module, x: Tensor, batch: int = SCORE_BATCH) -> Tensor:
+    """``model``'s logits on ``x`` (``len(x) x classes``, float32) in eval mode (BatchNorm on its running
+    statistics, no dropout) and without gradients; the model's training mode is restored."""
+    import torch
+
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            return torch.cat([model(x[i:i + batch]).float() for i in range(0, len(x), batch)])
+    finally:
+        model.train(was_training)
+
+
+class PublicDistillation(Algorithm):
+    """Base of the server-based methods that exchange class scores on public data (not registered).
+
+    Subclasses set ``client_fraction`` and ``public_size`` in their ``__init__``."""
+
+    uses_topology = False  # every sampled client talks to the server
+    paper_same_init = False  # each party designs and initialises its own model (FedMD sec. 1; FedORION sec. 4.1)
+    client_fraction: float = 1.0
+    public_size: int | None = None
+
+    def setup(self, federation: Federation) -> None:
+        if len(federation.proxy) == 0:
+            raise ConfigError(NO_PUBLIC_DATA.format(name=self.name))
+
+    def select(self, federation: Federation) -> list[int]:
+        """``round(client_fraction * N)`` distinct clients (at least one), sorted (``federation.rng.selection``)."""
+        n = federation.num_clients
+        chosen = federation.rng.selection.choice(n, size=sample_count(self.client_fraction, n), replace=False)
+        return sorted(int(c) for c in chosen)
+
+    def public_inputs(self, federation: Federation) -> Tensor:
+        """THE access to the public data: its inputs, ``P x C x H x W`` (``data.proxy``, ``federation.proxy``; by
+        default the held-out slice of the train set, ``data.server_fraction``, whose labels are never read)."""
+        return federation.proxy
+
+    def round_subset(self, federation: Federation, size: int) -> Tensor:
+        """The indices (into :meth:`public_inputs`) of this round's public subset: all ``size`` samples in order
+        when ``public_size`` is None or not smaller, else ``public_size`` distinct ones drawn from
+        ``federation.rng.algorithm`` (sorted)."""
+        import torch
+
+        if self.public_size is None or self.public_size >= size:
+            return torch.arange(size)
+        drawn = federation.rng.algorithm.choice(size, size=self.public_size, replace=False)
+        return torch.as_tensor(sorted(int(i) for i in drawn), dtype=torch.long)
+
+    def target_batches(self, federation: Federation, x: Tensor, targets: Tensor, batch_size: int,
+                       epochs: int) -> ClientBatches:
+        """``epochs`` shuffled passes over ``(x, targets)`` in batches of ``batch_size`` (order from
+        ``federation.rng.data_order``, as every client batch; no augmentation)."""
+        import torch
+
+        from lit_fl.data.batches import ClientBatches
+
+        return ClientBatches(x, targets.to(x.device), torch.arange(len(x)), batch_size, federation.rng.data_order,
+                             epochs=epochs)
