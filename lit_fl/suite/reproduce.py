@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from lit_fl.configs import resolve_config
+from lit_fl.errors import ConfigError
 from lit_fl.suite.reproductions import WALL_TIME, Reproduction, write_reproductions
 
 #: (paper section, sweep name, target accuracy of "rounds to target"), in the page's order
@@ -63,7 +64,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"reproduce: sweep {name}: {unfinished}; left off the page", file=sys.stderr)
             continue
         done.append(Reproduction(paper, sweep_file(name), folder, target))
-    page = write_reproductions(done, args.out)
+    try:
+        page = write_reproductions(done, args.out)
+    except ConfigError as err:  # a paper file that does not fit its sweep's runs
+        print(f"reproduce: {err}", file=sys.stderr)
+        return 2
     print(f"{len(done)} of {len(SWEEPS)} sweeps -> {page}")
     return 0
 

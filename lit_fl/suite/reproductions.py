@@ -23,7 +23,7 @@ from pathlib import Path
 from lit_fl.io import atomic_write_text
 from lit_fl.suite.compare.claims import HOLDS, ClaimResult, evaluate_claims
 from lit_fl.suite.compare.figures import write_figures
-from lit_fl.suite.compare.results import Comparison, load_comparison
+from lit_fl.suite.compare.results import Comparison, RunResult, load_comparison
 from lit_fl.suite.compare.table import claims_markdown, claims_table, left_out_markdown, to_markdown
 from lit_fl.suite.controlled import subject
 from lit_fl.suite.paper import load_paper
@@ -153,7 +153,7 @@ def regular_model_claims(comparison: Comparison) -> list[ClaimResult]:
     for number, claim in enumerate(paper.claims, start=1):
         metric = claim.metric or paper.metric
         regular = f"{metric}_regular"
-        if any(run.column(regular) and run.column(regular) != run.column(metric) for run in comparison.runs):
+        if any(_differ(run, metric, regular) for run in comparison.runs):
             twins.append(replace(claim, metric=regular, paper=()))
             numbers.append(number)
     if not twins:
@@ -161,6 +161,13 @@ def regular_model_claims(comparison: Comparison) -> list[ClaimResult]:
     twin = copy.copy(comparison)
     twin.paper = replace(paper, claims=tuple(twins))
     return [replace(result, number=numbers[result.number - 1]) for result in evaluate_claims(twin)]
+
+
+def _differ(run: RunResult, metric: str, regular: str) -> bool:
+    """Whether ``run`` has a ``regular`` column whose values are not those of ``metric`` (a method with peaks)."""
+    if not any(regular in row for row in run.rows):
+        return False
+    return run.column(regular) != run.column(metric)
 
 
 def _notes(claims: list[ClaimResult]) -> list[str]:
