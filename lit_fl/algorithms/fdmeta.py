@@ -49,6 +49,7 @@ from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.choices import SupervisedLoss
 from lit_fl.constraints import Fraction, Momentum, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 from lit_fl.errors import ConfigError
+from lit_fl.federation.selection import select_fraction
 from lit_fl.models import create_model
 from lit_fl.steps.optim import SGDConfig
 
@@ -186,10 +187,7 @@ class FDmeta(Algorithm):
 
     def select(self, federation: Federation) -> list[int]:
         """``round(client_fraction * N)`` distinct clients (at least one), sorted."""
-        n = federation.num_clients
-        count = int(min(max(math.floor(self.client_fraction * n + 0.5), 1), n))
-        chosen = federation.rng.selection.choice(n, size=count, replace=False)
-        return sorted(int(c) for c in chosen)
+        return select_fraction(federation, self.client_fraction)
 
     def distill_batches(self, federation: Federation, x: Tensor, targets: Tensor, batch_size: int,
                         epochs: int) -> ClientBatches:

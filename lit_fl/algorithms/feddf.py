@@ -32,7 +32,6 @@ the train set, patience 10^3 steps); lit-fl runs a fixed ``distill_steps`` (the 
 from __future__ import annotations
 
 import copy
-import math
 from typing import TYPE_CHECKING, Any, Literal
 
 from lit_fl import steps
@@ -41,6 +40,7 @@ from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.choices import SupervisedLoss
 from lit_fl.constraints import Fraction, NonNegativeInt, PositiveFloat, PositiveInt
 from lit_fl.errors import ConfigError
+from lit_fl.federation.selection import select_fraction
 
 if TYPE_CHECKING:
     from torch import Tensor, nn
@@ -137,10 +137,7 @@ class FedDF(Algorithm):
 
     def select(self, federation: Federation) -> list[int]:
         """``round(client_fraction * N)`` distinct clients (at least one), sorted."""
-        n = federation.num_clients
-        count = int(min(max(math.floor(self.client_fraction * n + 0.5), 1), n))
-        chosen = federation.rng.selection.choice(n, size=count, replace=False)
-        return sorted(int(c) for c in chosen)
+        return select_fraction(federation, self.client_fraction)
 
     def run_round(
         self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger

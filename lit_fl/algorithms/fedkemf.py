@@ -37,11 +37,12 @@ from typing import TYPE_CHECKING, Any, Literal
 from lit_fl import steps
 from lit_fl.algorithms.base import Algorithm, RoundResult, nanmean, phase_losses
 from lit_fl.algorithms.fedorion import _memory_format, smallest_architecture
-from lit_fl.algorithms.ktpfl import NO_PUBLIC_DATA, select_fraction, tensor_batches
+from lit_fl.algorithms.ktpfl import NO_PUBLIC_DATA, tensor_batches
 from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.choices import SupervisedLoss
 from lit_fl.constraints import BatchStatisticsSize, Fraction, NonNegativeFloat, NonNegativeInt, PositiveFloat
 from lit_fl.errors import ConfigError
+from lit_fl.federation.selection import select_fraction
 from lit_fl.models import create_model
 from lit_fl.steps.optim import SGDConfig
 

@@ -33,7 +33,6 @@ clients per round (sec. 4.2.1).
 from __future__ import annotations
 
 import copy
-import math
 from typing import TYPE_CHECKING, Any, Literal
 
 from lit_fl import steps
@@ -49,6 +48,7 @@ from lit_fl.constraints import (
     PositiveInt,
 )
 from lit_fl.errors import ConfigError
+from lit_fl.federation.selection import select_fraction
 from lit_fl.models import create_model, num_parameters
 from lit_fl.steps.optim import SGDConfig
 
@@ -230,10 +230,7 @@ class FedORION(Algorithm):
 
     def select(self, federation: Federation) -> list[int]:
         """``round(client_fraction * N)`` distinct clients (at least one), sorted."""
-        n = federation.num_clients
-        count = int(min(max(math.floor(self.client_fraction * n + 0.5), 1), n))
-        chosen = federation.rng.selection.choice(n, size=count, replace=False)
-        return sorted(int(c) for c in chosen)
+        return select_fraction(federation, self.client_fraction)
 
     def run_round(
         self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger

@@ -34,7 +34,6 @@ onto the simplex.
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any
 
 from lit_fl.algorithms.base import Algorithm, RoundResult, nanmean, phase_losses
@@ -42,6 +41,7 @@ from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.choices import SupervisedLoss
 from lit_fl.constraints import Fraction, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 from lit_fl.errors import ConfigError
+from lit_fl.federation.selection import select_fraction
 
 if TYPE_CHECKING:
     import torch
@@ -126,13 +126,6 @@ def tensor_batches(x: Tensor, y: Tensor, batch_size: int, generator: torch.Gener
     from lit_fl.data.batches import ClientBatches
 
     return ClientBatches(x, y, torch.arange(len(x)), batch_size, generator, epochs=epochs)
-
-
-def select_fraction(federation: Federation, fraction: float) -> list[int]:
-    """``round(fraction * N)`` distinct clients (at least one) from ``federation.rng.selection``, sorted."""
-    n = federation.num_clients
-    count = int(min(max(math.floor(fraction * n + 0.5), 1), n))
-    return sorted(int(c) for c in federation.rng.selection.choice(n, size=count, replace=False))
 
 
 @register_algorithm

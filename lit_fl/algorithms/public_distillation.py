@@ -7,11 +7,11 @@ inputs, or by default the held-out, unlabeled slice of the train set, ``data.ser
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
 from lit_fl.algorithms.base import Algorithm
 from lit_fl.errors import ConfigError
+from lit_fl.federation.selection import select_fraction
 
 if TYPE_CHECKING:
     from torch import Tensor, nn
@@ -22,11 +22,6 @@ if TYPE_CHECKING:
 NO_PUBLIC_DATA = "{name} needs unlabeled public data: set data.server_fraction > 0"
 #: samples per forward pass when the clients score the public data (memory only: no effect on the values)
 SCORE_BATCH = 256
-
-
-def sample_count(fraction: float, num_clients: int) -> int:
-    """``round(fraction * N)`` clients, at least 1 and at most N (half up, as FedORION's and SCAFFOLD's draw)."""
-    return int(min(max(math.floor(fraction * num_clients + 0.5), 1), num_clients))
 
 
 def class_scores(model: nn.Module, x: Tensor, batch: int = SCORE_BATCH) -> Tensor:
@@ -59,9 +54,7 @@ class PublicDistillation(Algorithm):
 
     def select(self, federation: Federation) -> list[int]:
         """``round(client_fraction * N)`` distinct clients (at least one), sorted (``federation.rng.selection``)."""
-        n = federation.num_clients
-        chosen = federation.rng.selection.choice(n, size=sample_count(self.client_fraction, n), replace=False)
-        return sorted(int(c) for c in chosen)
+        return select_fraction(federation, self.client_fraction)
 
     def public_inputs(self, federation: Federation) -> Tensor:
         """THE access to the public data: its inputs, ``P x C x H x W`` (``data.proxy``, ``federation.proxy``; by

@@ -46,6 +46,7 @@ from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.choices import SupervisedLoss
 from lit_fl.constraints import Fraction, PositiveFloat
 from lit_fl.errors import ConfigError
+from lit_fl.federation.selection import select_fraction
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -156,10 +157,7 @@ class SCAFFOLD(Algorithm):
 
     def select(self, federation: Federation) -> list[int]:
         """``round(client_fraction * N)`` distinct clients (at least one), sorted."""
-        n = federation.num_clients
-        count = int(min(max(math.floor(self.client_fraction * n + 0.5), 1), n))
-        chosen = federation.rng.selection.choice(n, size=count, replace=False)
-        return sorted(int(c) for c in chosen)
+        return select_fraction(federation, self.client_fraction)
 
     def control_lr(self) -> float:
         """The eta_l of option II: ``lr``, or with ``control_step: effective`` SGD momentum's effective step

@@ -26,7 +26,6 @@ clients per round (sec. 4.2.1).
 from __future__ import annotations
 
 import copy
-import math
 from typing import TYPE_CHECKING
 
 from lit_fl import steps
@@ -35,6 +34,7 @@ from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.choices import SupervisedLoss
 from lit_fl.constraints import Fraction
 from lit_fl.errors import ConfigError
+from lit_fl.federation.selection import select_fraction
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -97,10 +97,7 @@ class ServerFedAvg(Algorithm):
 
     def select(self, federation: Federation) -> list[int]:
         """``round(client_fraction * N)`` distinct clients (at least one), sorted."""
-        n = federation.num_clients
-        count = int(min(max(math.floor(self.client_fraction * n + 0.5), 1), n))
-        chosen = federation.rng.selection.choice(n, size=count, replace=False)
-        return sorted(int(c) for c in chosen)
+        return select_fraction(federation, self.client_fraction)
 
     def run_round(
         self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger

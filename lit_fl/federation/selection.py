@@ -1,13 +1,18 @@
-"""Who takes part in a round: the aggregator and its senders (DFML sec. 3.1, SPEC)."""
+"""Who takes part in a round: the aggregator and its senders (DFML sec. 3.1, SPEC), and the sampled clients of the
+methods with a server (:func:`select_fraction`)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from lit_fl.federation.topology import Topology, mesh
+
+if TYPE_CHECKING:
+    from lit_fl.federation.state import Federation
 
 
 @dataclass(frozen=True)
@@ -55,3 +60,12 @@ def select_participants(
     count = min(num_senders(num_clients, sender_fraction), len(reachable))
     senders = rng.choice(reachable, size=count, replace=False) if count else np.empty(0, dtype=np.int64)
     return Participants(aggregator=aggregator, senders=tuple(int(s) for s in np.sort(senders)))
+
+
+def select_fraction(federation: Federation, fraction: float) -> list[int]:
+    """``round(fraction * N)`` distinct clients (half up, at least 1, at most N) drawn from
+    ``federation.rng.selection``, sorted: the sampled clients of FedORION (30% a round), SCAFFOLD, server FedAvg and
+    the distillation baselines."""
+    n = federation.num_clients
+    count = int(min(max(math.floor(fraction * n + 0.5), 1), n))
+    return sorted(int(c) for c in federation.rng.selection.choice(n, size=count, replace=False))
