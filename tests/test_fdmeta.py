@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import run_cli, tiny_config, write_config
-from test_resume import TIMING, assert_same, load_ckpt
+from test_resume import assert_resumed_run_equals_uninterrupted
 from test_scaffold import assert_close, hand_batches
 from test_server_baselines import local_sgd
 from torch import Tensor, nn
@@ -296,21 +296,5 @@ def test_resume_equals_an_uninterrupted_run(tmp_path: Path) -> None:
     config["data"]["server_fraction"] = 0.2
     config["models"]["pool"] = list(POOL)
     cfg = write_config(tmp_path / "cfg.yaml", config)
-    base = ("fit", "--config", cfg, "--run_dir", tmp_path / "runs")
-    for argv in (("--name", "full"), ("--name", "part", "--rounds", "2"),
-                 ("--resume", tmp_path / "runs" / "part", "--rounds", "3")):
-        result = run_cli(*base, *argv)
-        assert result.rc == 0, result.err
-    part, full = tmp_path / "runs" / "part", tmp_path / "runs" / "full"
-    rows, expected = read_metrics(part / "metrics.csv"), read_metrics(full / "metrics.csv")
-    assert [r["round"] for r in rows] == [1, 2, 3]
-    for got, want in zip(rows, expected):
-        for key in want:
-            if key not in TIMING:
-                assert_same(got[key], want[key], f"metrics round {want['round']} {key}")
-    state, full_state = load_ckpt(part), load_ckpt(full)
-    assert full_state["federation"]["round"] == 3
-    assert_same(state["federation"], full_state["federation"], "federation")  # clients, server model, streams
-    assert_same(state["algorithm"], full_state["algorithm"], "algorithm")
-    assert_same(state["ledger"], full_state["ledger"], "ledger")
+    full, expected, full_state = assert_resumed_run_equals_uninterrupted(cfg, tmp_path / "runs")
     assert read_metrics(full / "metrics.csv")[-1]["server_acc/global"] > 0.25  # 4 classes: above chance

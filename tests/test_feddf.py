@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import run_cli, tiny_config, write_config
-from test_resume import TIMING, assert_same, load_ckpt
+from test_resume import assert_resumed_run_equals_uninterrupted
 from torch import Tensor, nn
 
 import lit_fl.data.proxy as proxy_module
@@ -252,20 +252,6 @@ def test_resume_equals_an_uninterrupted_run(tmp_path: Path) -> None:
     config["data"]["server_fraction"] = 0.2
     config["data"]["proxy"] = {"size": 50}
     cfg = write_config(tmp_path / "cfg.yaml", config)
-    base = ("fit", "--config", cfg, "--run_dir", tmp_path / "runs")
-    for argv in (("--name", "full"), ("--name", "part", "--rounds", "2"),
-                 ("--resume", tmp_path / "runs" / "part", "--rounds", "3")):
-        result = run_cli(*base, *argv)
-        assert result.rc == 0, result.err
-    part, full = tmp_path / "runs" / "part", tmp_path / "runs" / "full"
-    rows, expected = read_metrics(part / "metrics.csv"), read_metrics(full / "metrics.csv")
-    assert [r["round"] for r in rows] == [1, 2, 3]
-    for got, want in zip(rows, expected):
-        for key in want:
-            if key not in TIMING:
-                assert_same(got[key], want[key], f"metrics round {want['round']} {key}")
-    state, full_state = load_ckpt(part), load_ckpt(full)
-    assert full_state["federation"]["round"] == 3
-    assert_same(state["federation"], full_state["federation"], "federation")
+    full, expected, full_state = assert_resumed_run_equals_uninterrupted(cfg, tmp_path / "runs")
     assert set(full_state["federation"]["server"]) == {*POOL, GLOBAL}
     assert all(not math.isnan(r["kd_loss"]) for r in expected)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import TINY_OPTIONS, run_cli, tiny_config, write_config
-from test_resume import TIMING, assert_same, load_ckpt
+from test_resume import assert_resumed_run_equals_uninterrupted
 from torch import Tensor, nn
 
 from lit_fl.algorithms import KTpFL
@@ -233,21 +233,6 @@ def test_resume_equals_an_uninterrupted_run_coefficients_included(tmp_path: Path
     config["algorithm"]["init_args"] = {"client_fraction": 0.5, "local_epochs": 1, "lr": 0.05}
     config["data"]["server_fraction"] = 0.2
     cfg = write_config(tmp_path / "cfg.yaml", config)
-    base = ("fit", "--config", cfg, "--run_dir", tmp_path / "runs")
-    for argv in (("--name", "full"), ("--name", "part", "--rounds", "2"),
-                 ("--resume", tmp_path / "runs" / "part", "--rounds", "3")):
-        result = run_cli(*base, *argv)
-        assert result.rc == 0, result.err
-    part, full = tmp_path / "runs" / "part", tmp_path / "runs" / "full"
-    rows, expected = read_metrics(part / "metrics.csv"), read_metrics(full / "metrics.csv")
-    assert [r["round"] for r in rows] == [1, 2, 3]
-    for got, want in zip(rows, expected):
-        for key in want:
-            if key not in TIMING:
-                assert_same(got[key], want[key], f"metrics round {want['round']} {key}")
-    state, full_state = load_ckpt(part), load_ckpt(full)
-    assert_same(state["federation"], full_state["federation"], "federation")
-    assert_same(state["algorithm"], full_state["algorithm"], "algorithm")
-    assert_same(state["ledger"], full_state["ledger"], "ledger")
+    full, expected, full_state = assert_resumed_run_equals_uninterrupted(cfg, tmp_path / "runs")
     c = full_state["algorithm"]["coefficients"]
     assert float((c - 0.25).abs().max()) > 1e-4  # C moved from uniform

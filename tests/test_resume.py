@@ -225,3 +225,25 @@ def test_a_half_written_last_row_is_left_out_said_and_its_round_computed_again(
         f"lit-fl: --resume: {part / 'metrics.csv'} ended in a half-written row (a kill between two writes); it is "
         "left out and its round computed again"]
     assert_runs_equal(part, full)
+
+
+def assert_resumed_run_equals_uninterrupted(cfg: Path, runs: Path) -> tuple[Path, list[dict[str, Any]], dict[str, Any]]:
+    """``lit-fl fit --config cfg`` for its 3 rounds (``full``), stopped after 2 (``part``) and resumed to 3: every
+    metric but the timings, the federation (clients, server models, random streams), the method's state and the
+    ledger equal the uninterrupted run's exactly. Returns the full run's folder, metrics rows and checkpoint."""
+    base = ("fit", "--config", cfg, "--run_dir", runs)
+    for argv in (("--name", "full"), ("--name", "part", "--rounds", "2"), ("--resume", runs / "part", "--rounds", "3")):
+        result = run_cli(*base, *argv)
+        assert result.rc == 0, result.err
+    part, full = runs / "part", runs / "full"
+    rows, expected = read_metrics(part / "metrics.csv"), read_metrics(full / "metrics.csv")
+    assert [r["round"] for r in rows] == [1, 2, 3]
+    for got, want in zip(rows, expected):
+        for key in want:
+            if key not in TIMING:
+                assert_same(got[key], want[key], f"metrics round {want['round']} {key}")
+    state, full_state = load_ckpt(part), load_ckpt(full)
+    assert full_state["federation"]["round"] == 3
+    for part_name in ("federation", "algorithm", "ledger"):
+        assert_same(state[part_name], full_state[part_name], part_name)
+    return full, expected, full_state

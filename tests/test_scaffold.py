@@ -16,7 +16,7 @@ import pytest
 import torch
 from conftest import run_cli, tiny_config, write_config
 from federations import tiny_federation
-from test_resume import TIMING, assert_same, load_ckpt
+from test_resume import assert_resumed_run_equals_uninterrupted
 from torch import Tensor, nn
 
 from lit_fl.algorithms import SCAFFOLD
@@ -258,23 +258,7 @@ def test_resume_equals_an_uninterrupted_run_control_variates_included(tmp_path: 
     config["algorithm"]["init_args"] = {"client_fraction": 0.5, "local_epochs": 1, "lr": 0.05}
     config["models"]["pool"] = ["cnn_4_8"]
     cfg = write_config(tmp_path / "cfg.yaml", config)
-    base = ("fit", "--config", cfg, "--run_dir", tmp_path / "runs")
-    for argv in (("--name", "full"), ("--name", "part", "--rounds", "2"),
-                 ("--resume", tmp_path / "runs" / "part", "--rounds", "3")):
-        result = run_cli(*base, *argv)
-        assert result.rc == 0, result.err
-    part, full = tmp_path / "runs" / "part", tmp_path / "runs" / "full"
-    rows, expected = read_metrics(part / "metrics.csv"), read_metrics(full / "metrics.csv")
-    assert [r["round"] for r in rows] == [1, 2, 3]
-    for got, want in zip(rows, expected):
-        for key in want:
-            if key not in TIMING:
-                assert_same(got[key], want[key], f"metrics round {want['round']} {key}")
-    state, full_state = load_ckpt(part), load_ckpt(full)
-    assert full_state["federation"]["round"] == 3
-    assert_same(state["federation"], full_state["federation"], "federation")  # clients, server model, streams
-    assert_same(state["algorithm"], full_state["algorithm"], "algorithm")  # c and every c_i
-    assert_same(state["ledger"], full_state["ledger"], "ledger")
+    full, expected, full_state = assert_resumed_run_equals_uninterrupted(cfg, tmp_path / "runs")
     controls = full_state["algorithm"]["client_controls"]
     assert len(controls) >= 3 and all(float(t.abs().max()) > 0 for ts in controls.values() for t in ts)
     assert float(max(t.abs().max() for t in full_state["algorithm"]["server_control"])) > 0
