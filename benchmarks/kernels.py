@@ -50,7 +50,10 @@ METHODS: dict[str, list[str]] = {
     name: ["--config", str(ROOT / f"experiments/mnist5k/{name}.yaml"), "--data.num_clients", "50",
            "--rounds", str(METHOD_ROUNDS), "--eval_every", "1"]
     for name in ("dfml", "fedavg", "fedprox", "heterofl", "fedrolex", "feddropout", "fml", "defkt", "fullavg", "combo",
-                 "local", "fedper", "uapdfl", "fedorion", "codistillation", "merged_codist")
+                 "local", "fedper", "uapdfl", "fedorion", "codistillation", "merged_codist",
+                 # the baselines of FedORION's and UA-PDFL's tables
+                 "dfedavgm", "dispfl", "criticalfl", "serverfedavg", "serverfedprox", "scaffold", "fedntd", "feddf",
+                 "fedmd", "dsfl", "ktpfl", "fedkemf", "fdmeta")
 }
 PHASES = ("client phase", "other steps", "evaluation", "rest")
 

@@ -63,7 +63,7 @@ class MaskedTraining(LocalTraining):
         self.num_masks = len(params)
         with torch.no_grad():
             for p, m in zip(params, self.masks()):
-                p.mul_(m.to(p.dtype))
+                p.mul_(m.to(device=p.device, dtype=p.dtype))
 
     def masks(self) -> list[Tensor]:
         return [getattr(self, f"mask_{i}") for i in range(self.num_masks)]
