@@ -201,6 +201,28 @@ def test_worse_as_a_list_is_better_than_each_with_the_papers_numbers_of_each() -
     assert fedprox.worse == "fedprox beta=0.1" and fedprox.paper == (0.8, 0.75) and fedprox.verdict == NOISE
 
 
+def test_worse_metric_reads_the_worse_sides_own_column() -> None:
+    """FedORION's server model against FedMD's clients (FedORION sec. 4.1): the better side is read on
+    ``server_acc/global``, the worse on ``global_acc``; a run of the worse side has a misleading
+    ``server_acc/global`` column that must not be read."""
+    runs = [run(DFML, s, 0.80 + 0.01 * s, metric="server_acc/global") for s in range(3)]
+    for s in range(3):
+        fedmd = run(FEDAVG, s, 0.70 + 0.012 * s)
+        for row in fedmd.rows:
+            row["server_acc/global"] = 0.99  # never read: the worse side is global_acc
+        runs.append(fedmd)
+    result = only(evaluate_claims(comparison(runs, claim(metric="server_acc/global", worse_metric="global_acc"))))
+    assert [d for _, d in result.differences] == pytest.approx([0.10 - 0.002 * s for s in range(3)])
+    assert result.verdict == HOLDS
+    assert "server_acc/global vs global_acc, final" in claims_markdown([result])
+
+
+def test_a_worse_metric_no_run_has_is_one_line() -> None:
+    runs = [run(DFML, s, 0.8) for s in range(2)] + [run(FEDAVG, s, 0.7) for s in range(2)]
+    with pytest.raises(ConfigError, match="claim 1 key 'worse_metric': no run has a 'local_acc' column"):
+        evaluate_claims(comparison(runs, claim(worse_metric="local_acc")))
+
+
 # --- the verdict -----------------------------------------------------------------------------------------------
 
 
@@ -335,6 +357,8 @@ def test_a_claim_is_read_with_its_defaults(tmp_path: Path) -> None:
     ({"paper": [73.66, 65.43]}, "claim 2 key 'paper' must be fractions in [0, 1]"),
     ({"claim": ""}, "claim 2 key 'claim' must be the claim's text"),
     ({"metric": 3}, "claim 2 key 'metric' must be a metrics.csv column name"),
+    ({"worse_metric": ""}, "claim 2 key 'worse_metric' must be a metrics.csv column name"),
+    ({"worse_metric": "train_loss"}, "claim 2 key 'worse_metric': 'train_loss' is not measured like 'global_acc'"),
     ({"about": "algorithm"}, "claim 2 key 'about' must be a non-empty list of config keys"),
     ({"about": []}, "claim 2 key 'about' must be a non-empty list of config keys"),
     ({"differs": {"rounds": ""}}, "claim 2 key 'differs' must map config keys to the paper's reason"),

@@ -14,6 +14,8 @@
         better: {config: experiments/mnist5k/dfml.yaml}          # the configuration(s) claimed better
         worse: {config: experiments/mnist5k/fedavg.yaml}         # claimed worse; or a list: better than each
         metric: global_acc                       # optional: default the file's metric
+        worse_metric: global_acc                 # optional: the worse side's column, where the paper reports
+                                                 # another quantity for those methods (default: metric)
         at: final                                # optional: final (the last evaluated round, default) or best
         paper: [0.7366, 0.6543]                  # optional: the paper's better and worse numbers (one per worse)
         source: "Table 6"                        # optional
@@ -47,7 +49,7 @@ from lit_fl.errors import ConfigError
 from lit_fl.strict_yaml import load_yaml
 from lit_fl.suite.compare.metric_kind import MetricKind
 
-CLAIM_KEYS = ("about", "at", "better", "claim", "differs", "metric", "note", "paper", "source", "worse")
+CLAIM_KEYS = ("about", "at", "better", "claim", "differs", "metric", "note", "paper", "source", "worse", "worse_metric")
 AT = ("final", "best")
 
 
@@ -76,6 +78,9 @@ class Claim:
     note: str = ""  # what was found about it at this scale (shown by docs/reproductions.md), e.g. why it does not hold
     about: tuple[str, ...] = ()  # the config key prefixes the claim is about (empty: those its matches name)
     differs: dict[str, str] = field(default_factory=dict)  # other keys allowed to differ, with the paper's reason
+    #: the worse side's column, when the paper reports another quantity for those methods (FedORION sec. 4.1:
+    #: FedMD and KT-pFL learn no server model and report their clients' mean accuracy); None: ``metric``
+    worse_metric: str | None = None
 
     @property
     def keys(self) -> set[str]:
@@ -169,6 +174,13 @@ def _claim(path: Path, i: int, raw: Any, file_metric: str) -> Claim:
     metric = raw.get("metric")
     if metric is not None and (not isinstance(metric, str) or not metric):
         raise ConfigError(f"{where} key 'metric' must be a metrics.csv column name, got {metric!r}")
+    worse_metric = raw.get("worse_metric")
+    if worse_metric is not None and (not isinstance(worse_metric, str) or not worse_metric):
+        raise ConfigError(f"{where} key 'worse_metric' must be a metrics.csv column name, got {worse_metric!r}")
+    kinds = [MetricKind(m) for m in (worse_metric, metric or file_metric) if m is not None]
+    if len({(k.is_accuracy, k.lower_is_better) for k in kinds}) > 1:
+        raise ConfigError(f"{where} key 'worse_metric': {worse_metric!r} is not measured like "
+                          f"{metric or file_metric!r} (a claim compares one kind of quantity)")
     at = raw.get("at", "final")
     if at not in AT:
         raise ConfigError(f"{where} key 'at' must be final or best, got {at!r}")
@@ -177,7 +189,7 @@ def _claim(path: Path, i: int, raw: Any, file_metric: str) -> Claim:
         raise ConfigError(f"{where} key 'paper' must be fractions in [0, 1] for an accuracy, got {list(paper)}")
     return Claim(raw["claim"].strip(), better, worse, metric, at, paper, str(raw.get("source", "")),
                  " ".join(str(raw.get("note", "")).split()), _about(where, raw.get("about")),
-                 _differs(where, raw.get("differs")))
+                 _differs(where, raw.get("differs")), worse_metric)
 
 
 def _about(where: str, raw: Any) -> tuple[str, ...]:

@@ -1,7 +1,8 @@
 """``make reproduce``: run the CPU-scale reproduction sweeps and write ``docs/reproductions.md`` from them.
 
     python -m lit_fl.suite.reproduce                       # every sweep (about an hour on 2 cores), then the page
-    python -m lit_fl.suite.reproduce --only mnist5k_defkt  # one sweep, then the page from every finished sweep
+    python -m lit_fl.suite.reproduce --only mnist5k_defkt  # one sweep, then the page from every finished sweep;
+                                                           # a sweep not run here keeps its section as it was
     python -m lit_fl.suite.reproduce --docs-only           # the page from the sweeps already run
 
 Each sweep runs with ``--jobs 2`` into ``runs/reproduce/sweeps/NAME`` (run again, a finished sweep is skipped and
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from lit_fl.configs import resolve_config
 from lit_fl.errors import ConfigError
-from lit_fl.suite.reproductions import WALL_TIME, Reproduction, write_reproductions
+from lit_fl.suite.reproductions import WALL_TIME, Reproduction, page_sections, write_reproductions
 
 #: (paper section, sweep name, target accuracy of "rounds to target"), in the page's order
 SWEEPS = [
@@ -31,7 +32,9 @@ SWEEPS = [
     ("DFML (Decentralized Federated Mutual Learning)", "mnist5k_dfml_transfer", 0.8),
     ("DFML (Decentralized Federated Mutual Learning)", "mnist5k_dfml_homogeneous", 0.8),
     ("FedORION", "mnist5k_fedorion", 0.8),
+    ("FedORION", "mnist5k_fedorion_baselines", 0.8),
     ("UA-PDFL", "mnist5k_uapdfl", 0.8),
+    ("UA-PDFL", "mnist5k_uapdfl_baselines", 0.8),
     ("Def-KT", "mnist5k_defkt", 0.8),
     ("Knowledge codistillation", "mnist5k_codistillation", 0.8),
 ]
@@ -58,9 +61,14 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"reproduce: sweep {name} exited {rc}; `make reproduce` again continues it", file=sys.stderr)
                 return rc
     done = []
+    previous = page_sections(args.out / "reproductions.md")
     for paper, name, target in SWEEPS:
         folder = args.run_dir / "sweeps" / name
-        if unfinished := unfinished_runs(folder):
+        unfinished = unfinished_runs(folder)
+        if unfinished == NOT_RUN and name in previous:  # ran elsewhere: its section stays as it was
+            done.append(Reproduction(paper, sweep_file(name), folder, target, kept=previous[name]))
+            continue
+        if unfinished:
             print(f"reproduce: sweep {name}: {unfinished}; left off the page", file=sys.stderr)
             continue
         done.append(Reproduction(paper, sweep_file(name), folder, target))
@@ -92,13 +100,17 @@ def run_sweep(name: str, run_dir: Path, origin: dict[str, str] | None = None) ->
     return result.returncode
 
 
+#: :func:`unfinished_runs` of a sweep that has no runs in the folder
+NOT_RUN = "not run"
+
+
 def unfinished_runs(folder: Path) -> str:
     """Why a sweep folder cannot be on the page yet ("not run", "3 of 18 runs not completed"); empty when every run
     of its manifest completed."""
     try:
         runs = json.loads((folder / "manifest.json").read_text())["runs"]
     except (OSError, ValueError, KeyError, TypeError):
-        return "not run"
+        return NOT_RUN
     left = sum(run.get("status") != "completed" for run in runs)
     return f"{left} of {len(runs)} runs not completed" if left else ""
 

@@ -43,13 +43,16 @@ class Reproduction:
     sweep_file: Path
     sweep_dir: Path
     target: float = 0.8
+    #: the sweep's section as the page had it, kept word for word when its runs are not here (``make reproduce
+    #: --only`` another sweep on a fresh checkout); None: written from the runs in ``sweep_dir``
+    kept: str | None = None
 
 
 def write_reproductions(reproductions: list[Reproduction], out: Path, title: str = "Reproductions") -> Path:
     """Write ``out/reproductions.md`` and its figures under ``out/reproductions/NAME/``; returns the page."""
     sections: dict[str, list[str]] = {}
     for item in reproductions:
-        sections.setdefault(item.paper, []).append(_sweep_section(item, out))
+        sections.setdefault(item.paper, []).append(item.kept or _sweep_section(item, out))
     lines = [f"# {title}", "", _preamble(), ""]
     if mixed := mixed_versions(reproductions):
         print(f"reproductions: {mixed}", file=sys.stderr)
@@ -96,13 +99,44 @@ def mixed_versions(reproductions: list[Reproduction]) -> str:
     when all ran on one, or recorded none."""
     by_version: dict[str, list[str]] = {}
     for item in reproductions:
-        record = provenance(item.sweep_dir) or {}
+        record = (_kept_provenance(item.kept) if item.kept else provenance(item.sweep_dir)) or {}
         version = ", ".join(f"{k} {record.get(k, 'not recorded')}" for k in ("lit_fl", "torch", "python"))
         by_version.setdefault(version, []).append(item.sweep_dir.name)
     if len(by_version) < 2:
         return ""
     parts = "; ".join(f"{', '.join(names)} on {version}" for version, names in by_version.items())
     return f"Mixed versions: the sweeps of this page ran on different versions ({parts})."
+
+
+def page_sections(page: Path) -> dict[str, str]:
+    """The sweep sections of a page this module wrote (``### NAME`` up to the next heading of level 2 or 3), by
+    sweep name; empty when there is no page."""
+    try:
+        lines = page.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return {}
+    sections: dict[str, str] = {}
+    name: str | None = None
+    body: list[str] = []
+    for line in [*lines, "## end"]:
+        if line.startswith(("## ", "### ")):
+            if name is not None:
+                sections[name] = "\n".join(body).rstrip() + "\n"
+            name, body = (line[4:].strip(), [line]) if line.startswith("### ") else (None, [])
+        elif name is not None:
+            body.append(line)
+    return sections
+
+
+def _kept_provenance(section: str) -> dict[str, str] | None:
+    """The versions a kept section's ``Provenance:`` line names (as :func:`_provenance` wrote them)."""
+    for line in section.splitlines():
+        if line.startswith("Provenance: lit-fl "):
+            parts = [p.strip() for p in line.removeprefix("Provenance: ").split(",")]
+            named = dict(p.split(" ", 1) for p in parts[:3] if " " in p)
+            return {"lit_fl": named.get("lit-fl", "?"), "torch": named.get("torch", "?"),
+                    "python": named.get("Python", "?")}
+    return None
 
 
 def _sweep_section(item: Reproduction, out: Path) -> str:
@@ -154,7 +188,8 @@ def regular_model_claims(comparison: Comparison) -> list[ClaimResult]:
         metric = claim.metric or paper.metric
         regular = f"{metric}_regular"
         if any(_differ(run, metric, regular) for run in comparison.runs):
-            twins.append(replace(claim, metric=regular, paper=()))
+            worse = f"{claim.worse_metric}_regular" if claim.worse_metric else None
+            twins.append(replace(claim, metric=regular, worse_metric=worse, paper=()))
             numbers.append(number)
     if not twins:
         return []

@@ -149,8 +149,10 @@ def evaluate_claims(comparison: Comparison) -> list[ClaimResult]:
     results = []
     for number, claim in enumerate(comparison.paper.claims, start=1):
         metric = claim.metric or comparison.paper.metric
-        if not any(metric in row for run in comparison.runs for row in run.rows):
-            raise ConfigError(f"paper numbers {path}: claim {number} key 'metric': no run has a {metric!r} column")
+        for key, column in (("metric", metric), ("worse_metric", claim.worse_metric)):
+            if column is not None and not any(column in row for run in comparison.runs for row in run.rows):
+                raise ConfigError(f"paper numbers {path}: claim {number} key {key!r}: no run has a {column!r} "
+                                  "column")
         found = claim_pairs(comparison.groups, claim)
         if not found:
             raise ConfigError(f"paper numbers {path}: claim {number} keys 'better', 'worse': no configuration "
@@ -192,8 +194,8 @@ def claim_pairs(groups: list[Group], claim: Claim) -> list[tuple[Group, Group, i
 def evaluate_pair(number: int, claim: Claim, metric: str, better: Group, worse: Group, j: int = 0) -> ClaimResult:
     """Claim ``number`` on one pair of configurations (``j``: which ``worse`` match ``worse`` matched), paired by
     seed."""
-    kind = MetricKind(metric)
-    sides = [_by_seed(better, metric, claim.at, kind), _by_seed(worse, metric, claim.at, kind)]
+    kind, worse_metric = MetricKind(metric), claim.worse_metric or metric
+    sides = [_by_seed(better, metric, claim.at, kind), _by_seed(worse, worse_metric, claim.at, kind)]
     labels = (better.label, worse.label)
     differences, missing = [], []
     for seed in sorted(set(sides[0][0]) | set(sides[1][0]) | set(sides[0][1]) | set(sides[1][1])):
@@ -202,7 +204,8 @@ def evaluate_pair(number: int, claim: Claim, metric: str, better: Group, worse: 
             d = values[0] - values[1]
             differences.append((seed, -d if kind.lower_is_better else d))
             continue
-        why = [_absent(label, side, seed, metric) for label, side, v in zip(labels, sides, values) if math.isnan(v)]
+        why = [_absent(label, side, seed, column) for label, side, v, column
+               in zip(labels, sides, values, (metric, worse_metric)) if math.isnan(v)]
         missing.append(f"seed {seed} ({'; '.join(why)})")
     unfinished = tuple(run.name for side in sides for runs in side[1].values() for run in runs)
     paper = (claim.paper[0], claim.paper[1 + j]) if claim.paper else None

@@ -201,7 +201,8 @@ def claim_cells(result: ClaimResult) -> list[str]:
     return [
         text,
         pair,
-        f"{result.metric}, {claim.at}" + (" (lower is better)" if kind.lower_is_better else ""),
+        f"{result.metric}{f' vs {claim.worse_metric}' if claim.worse_metric else ''}, {claim.at}"
+        + (" (lower is better)" if kind.lower_is_better else ""),
         _difference(result),
         f"{result.holding}/{result.n}",
         _p(result.p),
