@@ -21,7 +21,7 @@ test-fast:  ## everything but the slow end-to-end tests
 mutate:  ## break the science on purpose, one semantic mutation at a time (tests/mutation/mutations.yaml): every mutant must fail a fast test
 	$(PYTHON) tests/mutation/run.py $(MUTATIONS)
 
-reproduce:  ## the CPU-scale reproduction sweeps of every paper (about 100 minutes on 2 cores), then docs/reproductions.md
+reproduce:  ## the CPU-scale reproduction sweeps of every paper (about two hours on 2 cores), then docs/reproductions.md; REPRODUCE_ARGS="--only NAME" runs one
 	WANDB_MODE=offline WANDB_SILENT=true $(PYTHON) -m lit_fl.suite.reproduce $(REPRODUCE_ARGS)
 
 lint:
