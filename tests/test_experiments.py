@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import run_cli
 
 from lit_fl.cli import fit_parser
@@ -15,6 +16,8 @@ from lit_fl.tracking import read_metrics
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 ALL_CONFIGS = sorted(EXPERIMENTS.rglob("*.yaml"))
 MNIST5K = sorted((EXPERIMENTS / "mnist5k").glob("*.yaml"))
+#: the folders of paper-scale configs (GPU and datasets): each file names its paper number and is run by a sweep
+PAPER_SCALE = ("dfml_tables", "fedorion", "uapdfl", "codistillation")
 
 
 @pytest.mark.parametrize("path", ALL_CONFIGS, ids=lambda p: str(p.relative_to(EXPERIMENTS)))
@@ -23,9 +26,23 @@ def test_config_validates(path: Path) -> None:
     cfg = parser.parse_args(["--config", str(path)])
     init = parser.instantiate_classes(cfg)  # runs every section's own validation
     assert all(is_known(arch) for arch in resolve_pool(init.models.pool))
-    if "dfml_tables" in path.parts or path.name.startswith("dfml_"):
+    if set(PAPER_SCALE) & set(path.parts) or path.name.startswith("dfml_"):
         header = path.read_text().splitlines()[:3]
         assert any("Table" in line for line in header), "paper-scale configs name the number they reproduce"
+
+
+def test_every_paper_scale_config_is_run_by_a_shipped_sweep() -> None:
+    """A table's configs are reached through its sweep (``lit-fl sweep sweeps/<paper>_table<n>.yaml``), which also
+    checks its claims: no paper-scale file is left outside every sweep."""
+    swept = set()
+    for sweep in (EXPERIMENTS.parent / "sweeps").glob("*.yaml"):
+        if sweep.name.endswith(".paper.yaml"):
+            continue
+        config = yaml.safe_load(sweep.read_text()).get("parameters", {}).get("config", {})
+        swept |= set(config.get("values", [config.get("value")])) if isinstance(config, dict) else set()
+    paper_scale = {str(p.relative_to(EXPERIMENTS.parent)) for folder in PAPER_SCALE
+                   for p in (EXPERIMENTS / folder).glob("*.yaml")}
+    assert paper_scale and paper_scale <= swept, sorted(paper_scale - swept)
 
 
 def test_every_method_has_a_cpu_config() -> None:
