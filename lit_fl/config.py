@@ -18,10 +18,12 @@ class DataConfig:
     """Dataset and partition.
 
     Args:
-        dataset: a registered dataset (mnist5k, digits, synthetic, cifar10, cifar100, fmnist, mnist, svhn), or
-            ``module:loader`` of your own: ``loader(root, download, seed, **options) -> ImageDataset``.
-        root: where torchvision datasets live (ignored by the bundled ones).
-        download: let torchvision download a missing dataset into ``root`` (needs internet).
+        dataset: a registered dataset (mnist5k, digits, synthetic, cifar10, cifar100, fmnist, mnist, svhn,
+            caltech101, oxford_pets, stanford_cars, tiny_imagenet, pathmnist), or ``module:loader`` of your own:
+            ``loader(root, download, seed, **options) -> ImageDataset``.
+        root: where torchvision and image-file datasets live (ignored by the bundled ones).
+        download: let torchvision download a missing dataset into ``root`` (needs internet; cifar10, cifar100,
+            fmnist, mnist, svhn, caltech101, oxford_pets).
         num_clients: N.
         partition: iid, dirichlet (label skew with concentration ``beta``) or shards (``zeta`` per client).
         beta: Dirichlet concentration (DFML non-IID: 0.1); smaller is more skewed.
@@ -33,7 +35,9 @@ class DataConfig:
             ``{dataset: NAME | null, size: N | null, options: {...}}``; ``dataset: null`` = the held-out slice of
             ``server_fraction``, a name = that dataset's train split (inputs of the federation's shape); ``size``
             samples drawn by the seed (null = all). docs/baselines.md "Proxy data".
-        options: extra keyword arguments of the dataset loader (e.g. num_classes for synthetic).
+        options: extra keyword arguments of the dataset loader (e.g. num_classes for synthetic; ``size``, the
+            image side, for caltech101/oxford_pets/stanford_cars (224), tiny_imagenet (64) and pathmnist (28);
+            ``split_seed`` of Caltech101's 80:20 test split).
         augment: train-time augmentation: ``none``, ``crop_flip`` (random 4-pixel-padded crop with black
             padding plus horizontal flip, on the tensors) or ``auto`` = the dataset's default: ``crop_flip``
             for cifar10/cifar100, ``none`` for every other dataset. The papers differ: DFML names no

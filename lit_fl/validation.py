@@ -127,14 +127,21 @@ def check_precision(accelerator: str, precision: str) -> None:
 
 
 def check_dataset_files(data: Any) -> None:
-    """A torchvision benchmark's files are under ``data.root`` unless ``data.download`` fetches them (the same
-    :class:`DatasetNotFoundError` loading raises, before torch loads). A loader registered under that name
-    already (a user's own, or the built-in one once imported) is checked when it loads."""
+    """A torchvision benchmark's or an image-file dataset's files are under ``data.root`` unless ``data.download``
+    fetches them (the same :class:`DatasetNotFoundError` loading raises, before torch loads), and an image-file
+    dataset's ``data.options`` are ones its loader takes. A loader registered under that name already (a user's own,
+    or the built-in one once imported) is checked when it loads."""
+    from lit_fl.data.image_specs import IMAGE_SPECS, image_options, require_layout
     from lit_fl.data.registry import is_registered
     from lit_fl.data.torchvision_specs import SPECS, require_files
 
-    if data.dataset in SPECS and not data.download and not is_registered(data.dataset):
+    if is_registered(data.dataset):
+        return
+    if data.dataset in SPECS and not data.download:
         require_files(SPECS[data.dataset], data.root)
+    elif data.dataset in IMAGE_SPECS:
+        image_options(data.dataset, data.options)
+        require_layout(data.dataset, data.root, data.download)
 
 
 def _cuda_available() -> bool:

@@ -76,9 +76,14 @@ def assert_same_models(fused: list[nn.Module], unfused: list[nn.Module]) -> None
 
 
 #: the largest models take seconds each on a CPU: run by ``make test``, not ``make test-fast``
-LARGEST = {"resnet18_64_128_256_512", "resnet18_32_64_128_256", "cnn_128_256"}
+LARGEST = {"resnet18_64_128_256_512", "resnet18_32_64_128_256", "cnn_128_256", "wrn_40_1", "mobilenetv2",
+           "shufflenetv2"}
+#: FedORION's pool (sec. 4.1) beside DFML's: WRN40 (the global model), ShuffleNetV2 and MobileNetV2 with CIFAR stems
+#: (11 to 18 s each on a busy 2-core CPU: slow); wrn_10_1 runs WRN's code path (projection shortcuts, BatchNorm) fast
+FEDORION_POOL = {"wrn_10_1", "wrn_40_1", "shufflenetv2", "mobilenetv2"}
 ARCHS = [pytest.param(a, marks=pytest.mark.slow) if a in LARGEST else a
-         for a in sorted({*POOLS["h2_cnn"], *POOLS["h1_cnn"], *POOLS["h1_resnet"], "codist_small", "codist_large"})]
+         for a in sorted({*POOLS["h2_cnn"], *POOLS["h1_cnn"], *POOLS["h1_resnet"], "codist_small", "codist_large",
+                          *FEDORION_POOL})]
 
 
 @pytest.mark.parametrize("arch", ARCHS)

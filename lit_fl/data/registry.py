@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lit_fl.data.image_specs import IMAGE_SPECS
 from lit_fl.data.torchvision_specs import SPECS
 from lit_fl.errors import ConfigError
 from lit_fl.registry import Registry
@@ -28,7 +29,11 @@ BUILTIN: dict[str, str] = {
     "digits": "lit_fl.data.bundled",
     "synthetic": "lit_fl.data.synthetic",
     **dict.fromkeys(SPECS, "lit_fl.data.torchvision_sets"),
+    **dict.fromkeys(("caltech101", "oxford_pets", "stanford_cars"), "lit_fl.data.torchvision_folders"),
+    "tiny_imagenet": "lit_fl.data.tiny_imagenet",
+    "pathmnist": "lit_fl.data.pathmnist",
 }
+assert set(IMAGE_SPECS) <= set(BUILTIN), "every image-file dataset has a loader module"
 
 
 def register_dataset(name: str) -> Callable[[DatasetLoader], DatasetLoader]:

@@ -52,6 +52,9 @@ register_classifier("lit_fl.models.codist_cnn.CodistCNN", "classifier.")
 register_classifier("lit_fl.models.resnet.PreActResNet18", "classifier.")
 register_classifier("vit_pytorch.vit_for_small_dataset.ViT", "mlp_head.")
 register_classifier("efficientnet_pytorch.model.EfficientNet", "_fc.")
+register_classifier("lit_fl.models.wrn.WideResNet", "classifier.")
+register_classifier("torchvision.models.shufflenetv2.ShuffleNetV2", "fc.")
+register_classifier("torchvision.models.mobilenetv2.MobileNetV2", "classifier.")
 
 
 def width_rate(arch: str) -> float | None:

@@ -2,6 +2,7 @@
 
 Names: ``cnn_32_64`` (any channel list after ``cnn_``; ``cnn_bn_32_64`` with BatchNorm), ``resnet18`` and
 ``resnet18_<c1>_<c2>_<c3>_<c4>``, ``vit_<dim>_<mlp_dim>``, ``efficientnet_b0`` .. ``efficientnet_b4``,
+``wrn_<depth>_<k>`` (wide ResNets, e.g. ``wrn_40_1``), ``shufflenetv2`` and ``mobilenetv2`` (CIFAR stems),
 ``timm:<name>`` (any timm model), plus
 whatever later modules register with :func:`register_model`, and ``module:factory`` of a user's own
 (``factory(input_shape, num_classes) -> nn.Module``, imported from the working directory or an installed
@@ -132,3 +133,25 @@ def _codist_from_name(arch: str, input_shape: tuple[int, int, int], num_classes:
     from lit_fl.models.codist_cnn import codist_cnn
 
     return codist_cnn(arch, input_shape, num_classes)
+
+
+@register_model_family(r"wrn_[1-9][0-9]*_[1-9][0-9]*", "wrn_<depth>_<k> (e.g. wrn_40_1, wrn_40_2)")
+def _wrn_from_name(arch: str, input_shape: tuple[int, int, int], num_classes: int) -> nn.Module:
+    from lit_fl.models.wrn import wrn
+
+    depth, widen = name_widths(arch)
+    return wrn(depth, widen, input_shape, num_classes)
+
+
+@register_model("shufflenetv2")
+def _shufflenet_v2_from_name(arch: str, input_shape: tuple[int, int, int], num_classes: int) -> nn.Module:
+    from lit_fl.models.cifar_stems import shufflenet_v2
+
+    return shufflenet_v2(input_shape, num_classes)
+
+
+@register_model("mobilenetv2")
+def _mobilenet_v2_from_name(arch: str, input_shape: tuple[int, int, int], num_classes: int) -> nn.Module:
+    from lit_fl.models.cifar_stems import mobilenet_v2
+
+    return mobilenet_v2(input_shape, num_classes)
