@@ -86,7 +86,7 @@ NOT_KEY_RULES = {
     "steps/aux_proximal_training.py", "steps/noise_distillation.py", "steps/noise.py", "algorithms/fedadam.py",
     "algorithms/codistillation.py:large_clients", "algorithms/fedorion.py:no_dml", "commands/compare.py:--target",
     "algorithms/decentralized.py:fixed_aggregator", "algorithms/criticalfl.py:min_peers",
-    "steps/soft_target.py", "steps/logit_target_distillation.py", "steps/not_true_distillation.py",
+    "steps/target_distillation.py", "steps/not_true_distillation.py",
     "algorithms/dsfl.py:the", "algorithms/fdmeta.py:aggregate_logits",
 }
 

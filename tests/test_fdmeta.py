@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +27,7 @@ from lit_fl.errors import ConfigError
 from lit_fl.federation.builder import build_federation
 from lit_fl.federation.ledger import MB, CommunicationLedger
 from lit_fl.federation.state import Federation
-from lit_fl.steps import LogitTargetDistillation, SGDConfig, StepRunner
+from lit_fl.steps import StepRunner
 from lit_fl.tracking import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,26 +83,6 @@ def test_public_sample_draws_distinct_sorted_indices_or_takes_all() -> None:
     assert len(set(got.tolist())) == 4 and got.tolist() == sorted(got.tolist())
     with pytest.raises(ValueError):
         public_sample(0, None, rng)
-
-
-def test_soft_target_loss_on_hand_cases() -> None:
-    """Targets ``[0, ln 3]`` (``p = (1/4, 3/4)``), student ``[0, 0]`` (``q = (1/2, 1/2)``): ``-sum p log q = ln 2``
-    at ``T = 1``; at ``T = 2``, ``q`` is still uniform, so ``T^2 ln 2 = 4 ln 2``. The student's gradient at ``T = 1``
-    is ``(q - p) / B`` per logit of the bias: ``(1/4, -1/4)``."""
-    for temperature, want in ((1.0, math.log(2)), (2.0, 4 * math.log(2))):
-        model = nn.Linear(3, 2)
-        with torch.no_grad():
-            model.weight.zero_()
-            model.bias.zero_()
-        step = LogitTargetDistillation(model, SGDConfig(0.1, 0.0, 0.0), temperature)
-        x, target = torch.randn(1, 3), torch.tensor([[0.0, math.log(3)]])
-        loss = step.training_step((x, target), 0)
-        assert float(loss.detach()) == pytest.approx(want, rel=1e-6)
-        if temperature == 1.0:
-            loss.backward()
-            assert model.bias.grad.tolist() == pytest.approx([0.25, -0.25], rel=1e-6)
-    with pytest.raises(ValueError):
-        LogitTargetDistillation(nn.Linear(3, 2), SGDConfig(), 0.0)
 
 
 def test_predict_is_the_eval_mode_forward_and_keeps_the_mode() -> None:

@@ -175,7 +175,8 @@ class DSFL(PublicDistillation):
 
         if self.distill_epochs == 0:
             return None
-        step = steps.TargetDistillation(federation.clients[cid].model, "kl", self.optimizer)
+        step = steps.TargetDistillation(federation.clients[cid].model, loss="kl", target="probabilities",
+                                        optimizer=self.optimizer)
         return ClientWork(cid, step, self.target_batches(federation, x, target, self.batch_size,
                                                          self.distill_epochs))
 
@@ -203,7 +204,8 @@ class DSFL(PublicDistillation):
         if probs:
             target = self.aggregate(probs)  # Aggregation
             if self.server_epochs > 0:  # the global model distils the global logits
-                step = steps.TargetDistillation(federation.server[GLOBAL], "kl", self.server_optimizer)
+                step = steps.TargetDistillation(federation.server[GLOBAL], loss="kl", target="probabilities",
+                                                optimizer=self.server_optimizer)
                 server_loss = runner.train(step, self.target_batches(federation, x, target, self.server_batch_size,
                                                                      self.server_epochs))
             for n, cid in enumerate(selected):  # Broadcast, Distillation

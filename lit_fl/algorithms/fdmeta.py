@@ -18,7 +18,7 @@ architecture, FedORION's WRN40 role, sec. 4.1) that learns by distillation alone
    arrived, ``w_k = 1`` (``aggregation: uniform``) or ``n_k`` (``samples``).
 6. Server KD: the global model ``g`` learns ``softmax(z / T)`` on ``P_t`` for ``server_epochs`` epochs of batches of
    ``server_batch_size`` (SGD ``server_lr``, ``server_momentum``):
-   ``L = T^2 mean_x CE(softmax(z(x) / T), softmax(g(x) / T))`` (:class:`~lit_fl.steps.LogitTargetDistillation`).
+   ``L = T^2 mean_x CE(softmax(z(x) / T), softmax(g(x) / T))`` (:class:`~lit_fl.steps.TargetDistillation`).
 7. Distribution and digest: the server sends ``z`` to every client of ``S_t`` (ledger ``give_back(-1, k, Payload)``);
    each distills the same loss into its own model for ``distill_epochs`` epochs of batches of ``batch_size`` at the
    clients' SGD settings.
@@ -229,7 +229,8 @@ class FDmeta(Algorithm):
 
         kd_loss = math.nan  # 6. the server model learns the aggregated logits
         if self.server_epochs > 0:
-            step = steps.LogitTargetDistillation(federation.server[GLOBAL], self.server_optimizer, self.temperature)
+            step = steps.TargetDistillation(federation.server[GLOBAL], loss="ce", target="logits",
+                                            temperature=self.temperature, optimizer=self.server_optimizer)
             kd_loss = runner.train(step, self.distill_batches(federation, x, z, self.server_batch_size,
                                                               self.server_epochs))
 
@@ -237,7 +238,8 @@ class FDmeta(Algorithm):
         for k in selected:
             client = federation.clients[k]
             if ledger.give_back(-1, k, Payload([z])) and self.distill_epochs > 0:
-                step = steps.LogitTargetDistillation(client.model, self.optimizer, self.temperature)
+                step = steps.TargetDistillation(client.model, loss="ce", target="logits", temperature=self.temperature,
+                                                optimizer=self.optimizer)
                 works.append(ClientWork(k, step, self.distill_batches(federation, x, z, self.batch_size,
                                                                       self.distill_epochs)))
             else:

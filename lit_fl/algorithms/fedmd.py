@@ -112,7 +112,8 @@ class FedMD(PublicDistillation):
 
         if self.digest_epochs == 0:
             return None
-        step = steps.TargetDistillation(federation.clients[cid].model, self.digest_loss, self.optimizer)
+        step = steps.TargetDistillation(federation.clients[cid].model, loss=self.digest_loss, target="logits",
+                                        optimizer=self.optimizer)
         return ClientWork(cid, step, self.target_batches(federation, x, target, self.batch_size, self.digest_epochs))
 
     def warmup_work(self, cid: int, federation: Federation) -> ClientWork | None:

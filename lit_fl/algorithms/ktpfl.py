@@ -18,7 +18,7 @@ client; every row on the probability simplex, initially ``1/N``, checkpointed). 
    so the coefficients of clients outside ``S`` stay as they were and every row of ``C`` stays on the simplex.
 5. Personalized soft predictions (:func:`personalized_targets`): ``t_n = sum_m a_nm s_m``, sent to client ``n``.
 6. Client ``n`` distils towards ``t_n`` on the public inputs (``distill_epochs`` epochs, batches of ``batch_size``):
-   ``lambda T^2 KL(t_n || softmax(f_n(x) / T))`` (:class:`~lit_fl.steps.SoftTargetDistillation`).
+   ``lambda T^2 KL(t_n || softmax(f_n(x) / T))`` (:class:`~lit_fl.steps.TargetDistillation`).
 
 Evaluation: the clients' own models (``global_acc``: each client model on the common test set, averaged; FedORION
 sec. 4.1 reports KT-pFL so). Public data: :meth:`KTpFL.public_inputs` (the held-out unlabeled slice of the train set,
@@ -254,7 +254,8 @@ class KTpFL(Algorithm):
 
         if self.distill_epochs == 0 or len(x) == 0:
             return None
-        step = steps.SoftTargetDistillation(client.model, self.temperature, self.kl_weight, self.optimizer)
+        step = steps.TargetDistillation(client.model, loss="kl", target="probabilities", temperature=self.temperature,
+                                        weight=self.kl_weight, optimizer=self.optimizer)
         batches = tensor_batches(x, target, self.batch_size, federation.rng.data_order, self.distill_epochs)
         return ClientWork(client.id, step, batches)
 

@@ -23,8 +23,6 @@ _EXPORTS: dict[str, str] = {
     "MutualNoiseDistillation": "lit_fl.steps.noise_distillation",
     "NoiseDistillation": "lit_fl.steps.noise_distillation",
     "ServerCodistillation": "lit_fl.steps.distillation",
-    "SoftTargetDistillation": "lit_fl.steps.soft_target",
-    "LogitTargetDistillation": "lit_fl.steps.logit_target_distillation",
     "ScaffoldTraining": "lit_fl.steps.scaffold_training",
     "TargetDistillation": "lit_fl.steps.target_distillation",
     "MaskedTraining": "lit_fl.steps.masked_training",
@@ -53,8 +51,6 @@ __all__ = [
     "ScaffoldTraining",
     "MaskedTraining",
     "ServerCodistillation",
-    "SoftTargetDistillation",
-    "LogitTargetDistillation",
     "StepRunner",
     "TargetDistillation",
     "load_weights",
@@ -69,7 +65,6 @@ if TYPE_CHECKING:
     from lit_fl.steps.distillation import ServerCodistillation
     from lit_fl.steps.ensemble_distillation import EnsembleDistillation
     from lit_fl.steps.local_training import LocalTraining
-    from lit_fl.steps.logit_target_distillation import LogitTargetDistillation
     from lit_fl.steps.masked_training import MaskedTraining
     from lit_fl.steps.mutual_learning import MutualLearning
     from lit_fl.steps.noise import NoiseBatches
@@ -79,7 +74,6 @@ if TYPE_CHECKING:
     from lit_fl.steps.precision import PRECISIONS
     from lit_fl.steps.runner import StepRunner
     from lit_fl.steps.scaffold_training import ScaffoldTraining
-    from lit_fl.steps.soft_target import SoftTargetDistillation
     from lit_fl.steps.target_distillation import TargetDistillation
 
 

@@ -1,15 +1,32 @@
-"""``TargetDistillation``: a model learns fixed per-sample targets on unlabeled inputs (FedMD's digest, DS-FL's
-distillation from the aggregated soft labels).
+"""``TargetDistillation``: a model learns fixed per-sample targets on (unlabeled) public inputs: the "digest" or
+"distillation" step of federated distillation, on a client or on a server.
 
-The batches are ``(x, t)`` pairs: ``x`` the public inputs, ``t`` the target of each sample (a row of class scores
-or probabilities, computed before the phase and fixed during it). The loss per batch is
+The batches are ``(x, t)`` pairs: ``x`` the public inputs, ``t`` the target of each sample (``[B, C]``, computed
+before the phase and fixed during it: a constant, only the model is trained). With ``z = model(x)`` the logits and
+``T`` the temperature, the loss per batch is ``weight`` times
 
-* ``l1``: ``mean_{i,c} |z_ic - t_ic|`` over the batch's samples ``i`` and classes ``c``, ``z`` the model's logits
-  (FedMD: the model without its softmax "trained to approach the consensus"; the reference code's Keras
-  ``mean_absolute_error`` on logits);
-* ``mse``: ``mean_{i,c} (z_ic - t_ic)^2``;
-* ``kl``: ``KL(t || softmax(z)) = 1/B sum_i sum_c t_ic (log t_ic - log softmax(z)_ic)`` (``0 log 0 = 0``): the
-  cross-entropy with soft labels ``t`` up to ``t``'s entropy, a constant (DS-FL Eq. of the distillation step).
+* ``l1``: ``mean_{i,c} |z_ic - t_ic|`` over the batch's samples ``i`` and classes ``c`` (``t`` logits);
+* ``mse``: ``mean_{i,c} (z_ic - t_ic)^2`` (``t`` logits);
+* ``kl``: ``T^2 / B sum_i KL(p_i || softmax(z_i / T)) = T^2 / B sum_i sum_c p_ic (log p_ic - log softmax(z_i / T)_c)``
+  (``0 log 0 = 0``);
+* ``ce``: ``T^2 / B sum_i -sum_c p_ic log softmax(z_i / T)_c``, the cross-entropy with soft labels ``p``: the KL up
+  to ``p``'s entropy, a constant without gradient (the values differ, the gradients are the same math);
+
+where the soft labels are ``p = t`` (``target="probabilities"``: rows on the simplex, given at the temperature
+``T`` already) or ``p = softmax(t / T)`` (``target="logits"``). The ``T^2`` keeps the gradients' scale independent of
+``T`` (Hinton et al. 2015). The methods' settings:
+
+* FedMD's digest (Li & Wang 2019, Algorithm 1): ``loss="l1"``, ``target="logits"``: the model without its softmax
+  "trained to approach the consensus" (the reference code's Keras ``mean_absolute_error`` on logits); ``mse`` offered;
+* DS-FL's distillation, clients and global model (Itahara et al. 2023): ``loss="kl"``, ``target="probabilities"``
+  (the ERA soft labels), ``T = 1``;
+* KT-pFL's client distillation (Zhang et al. 2021, Algorithm 1): ``loss="kl"``, ``target="probabilities"`` (the
+  personalized soft predictions ``t_n``, at ``T``), ``temperature=T``, ``weight=lambda``;
+* FDmeta's server KD and client digest (Liu et al. 2022): ``loss="ce"``, ``target="logits"`` (the aggregated
+  logits), ``temperature=T``.
+
+Every loss is computed in float32. The model trains in train mode (BatchNorm on the batch's statistics, its running
+statistics updated: the inputs are real data) by SGD with the given settings, a fresh optimizer per phase.
 """
 
 from __future__ import annotations
@@ -24,37 +41,83 @@ from torch import Tensor, nn
 
 from lit_fl.steps.optim import SGDConfig
 
-TargetLoss = Literal["l1", "mse", "kl"]
-TARGET_LOSSES: tuple[str, ...] = ("l1", "mse", "kl")
+TargetLoss = Literal["l1", "mse", "kl", "ce"]
+TARGET_LOSSES: tuple[str, ...] = ("l1", "mse", "kl", "ce")
+#: what the batches' targets are: soft labels on the simplex, or logits (the soft labels are ``softmax(t / T)``)
+TargetKind = Literal["probabilities", "logits"]
+TARGET_KINDS: tuple[str, ...] = ("probabilities", "logits")
+#: the losses that compare logits with logit targets directly (no softmax, hence no temperature)
+LOGIT_DISTANCES: tuple[str, ...] = ("l1", "mse")
 
 
-def target_loss(logits: Tensor, targets: Tensor, loss: TargetLoss) -> Tensor:
-    """The loss of ``logits`` against fixed ``targets`` (see the module docstring), in float32."""
-    z, t = logits.float(), targets.float()
+def soft_labels(targets: Tensor, target: TargetKind, temperature: float) -> Tensor:
+    """``p``: ``targets`` themselves (``probabilities``) or ``softmax(targets / T)`` (``logits``), in float32."""
+    t = targets.float()
+    return t if target == "probabilities" else F.softmax(t / temperature, dim=1)
+
+
+def target_loss(
+    logits: Tensor, targets: Tensor, loss: TargetLoss, target: TargetKind = "logits", temperature: float = 1.0
+) -> Tensor:
+    """The loss of ``logits`` against fixed ``targets`` (see the module docstring; without ``weight``), in float32."""
+    z = logits.float()
     if loss == "l1":
-        return (z - t).abs().mean()
+        return (z - targets.float()).abs().mean()
     if loss == "mse":
-        return (z - t).pow(2).mean()
+        return (z - targets.float()).pow(2).mean()
+    t = float(temperature)
+    p = soft_labels(targets, target, t)
+    log_q = F.log_softmax(z / t, dim=1)
     if loss == "kl":
-        return F.kl_div(F.log_softmax(z, dim=1), t, reduction="batchmean")
+        return F.kl_div(log_q, p, reduction="batchmean") * (t * t)
+    if loss == "ce":
+        return -(p * log_q).sum(dim=1).mean() * (t * t)
     raise ValueError(f"target loss must be one of {', '.join(TARGET_LOSSES)}, got {loss!r}")
 
 
+def check_target_settings(loss: str, target: str, temperature: float, weight: float) -> None:
+    """Refuse settings that name no loss of the module docstring (a bug in the calling method: ValueError)."""
+    if loss not in TARGET_LOSSES:
+        raise ValueError(f"loss must be one of {', '.join(TARGET_LOSSES)}, got {loss!r}")
+    if target not in TARGET_KINDS:
+        raise ValueError(f"target must be one of {', '.join(TARGET_KINDS)}, got {target!r}")
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if weight < 0:
+        raise ValueError(f"weight must be >= 0, got {weight}")
+    if loss in LOGIT_DISTANCES and (target != "logits" or temperature != 1.0):
+        raise ValueError(f"loss {loss!r} compares logits with logits: target must be 'logits' and temperature 1, "
+                         f"got {target!r} and {temperature}")
+
+
 class TargetDistillation(L.LightningModule):
-    """``model`` trained by SGD (``optimizer``) on :func:`target_loss` over ``(x, targets)`` batches.
+    """``model`` trained by SGD (``optimizer``) on ``weight *`` :func:`target_loss` over ``(x, targets)`` batches.
 
     Args:
         model: the model trained (in place).
-        loss: ``l1``, ``mse`` (on logits) or ``kl`` (targets are probabilities).
+        loss: ``l1``, ``mse`` (logits against logit targets), ``kl`` or ``ce`` (against soft labels).
+        target: what the batches' targets are: ``probabilities`` (soft labels at ``temperature``) or ``logits``.
+        temperature: ``T`` of the softmaxes of ``kl`` and ``ce`` (loss times ``T^2``); 1 for ``l1``/``mse``.
+        weight: the loss weight (KT-pFL's ``lambda``, ``algorithm.kl_weight``).
         optimizer: its SGD settings.
     """
 
-    def __init__(self, model: nn.Module, loss: TargetLoss, optimizer: SGDConfig | None = None) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        loss: TargetLoss,
+        target: TargetKind,
+        temperature: float = 1.0,
+        weight: float = 1.0,
+        optimizer: SGDConfig | None = None,
+    ) -> None:
         super().__init__()
-        if loss not in TARGET_LOSSES:
-            raise ValueError(f"loss must be one of {', '.join(TARGET_LOSSES)}, got {loss!r}")
+        check_target_settings(loss, target, temperature, weight)
         self.model = model
         self.loss_name: TargetLoss = loss
+        self.target: TargetKind = target
+        self.temperature = float(temperature)
+        self.weight = float(weight)
         self.optimizer_config = optimizer or SGDConfig()
         self.loss_sum = torch.zeros(())
         self.num_batches = 0
@@ -64,7 +127,7 @@ class TargetDistillation(L.LightningModule):
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         x, targets = batch
-        loss = target_loss(self.model(x), targets, self.loss_name)
+        loss = self.weight * target_loss(self.model(x), targets, self.loss_name, self.target, self.temperature)
         self.loss_sum = self.loss_sum.to(loss.device) + loss.detach()
         self.num_batches += 1
         return loss
