@@ -36,6 +36,23 @@ def test_global_accuracy_is_the_mean_over_all_clients_on_the_whole_test_set() ->
     assert metrics["local_acc"] == pytest.approx(sum(own) / 4)
 
 
+def test_local_accuracy_leaves_out_the_clients_without_a_validation_split() -> None:
+    """Natural partitions give clients of one or two samples, with no validation split: their local accuracy is
+    undefined (NaN) and ``local_acc`` is the mean over the clients that have one, not a sum over every client."""
+    fed = tiny_federation(num_clients=4, pool=("cnn_4", "cnn_8"))
+    for client in fed.clients[:2]:
+        client.val_idx = client.val_idx[:0]
+    metrics = Evaluator().evaluate(fed)
+    own = []
+    for c in fed.clients[2:]:
+        x, y = fed.data.train_x[c.val_idx], fed.data.train_y[c.val_idx]
+        with torch.no_grad():
+            c.model.eval()
+            own.append((c.model(x).argmax(1) == y).float().mean().item())
+    assert metrics["local_acc"] == pytest.approx(sum(own) / 2)
+    assert metrics["global_acc"] == metrics["global_acc"]  # every client still has the test set
+
+
 def test_only_changed_models_are_re_evaluated() -> None:
     fed = tiny_federation(num_clients=6, pool=("cnn_4",))
     algo = DFML(mutual_epochs=1, sender_fraction=0.34)  # aggregator + 2 senders
