@@ -82,8 +82,8 @@ METHODS: dict[str, Callable[[], Algorithm]] = {
     "fedntd": lambda: FedNTD(tau=2.0, beta=0.7, client_fraction=1.0, local_epochs=1, batch_size=16),
     "scaffold": lambda: SCAFFOLD(client_fraction=1.0, local_epochs=2, weight_decay=5e-4, batch_size=16),
     "dispfl": lambda: DisPFL(num_peers=2, density=0.5, weight_decay=5e-4, batch_size=16),
-    "fdmeta": lambda: FDmeta(client_fraction=1.0, local_epochs=1, server_epochs=1, temperature=2.0, batch_size=16,
-                             server_batch_size=16),
+    "fdmeta": lambda: FDmeta(client_fraction=1.0, public_size=70, local_epochs=1, server_epochs=1, temperature=2.0,
+                             batch_size=16, server_batch_size=16),  # 70 public samples: a short last digest batch
 }
 RUN_GROUP = phase._run_group
 POOLS = {"heterofl": ("cnn_4_8", "cnn_8_16"), "fedrolex": ("cnn_4_8", "cnn_8_16"), "fdmeta": ("cnn_4_8", "cnn_8_16")}
