@@ -152,6 +152,16 @@ def test_stacked_batches_give_every_client_its_own_batches_with_batch_mean_weigh
     assert all(torch.equal(a[1], y[p.indices]) for a, p in zip(alone[0], plans[0]))
 
 
+def test_stacked_batches_refuse_clients_over_different_tensors() -> None:
+    """One stacked index cuts every client's samples from the first client's tensors: clients over other tensors (two
+    rounds' FDmeta targets, say) would silently train on the wrong samples, so they are refused."""
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(10, 1, 2, 2), torch.randn(10, 3)
+    clients = [ClientBatches(x, y, torch.arange(10), 4, g), ClientBatches(x, y.clone(), torch.arange(10), 4, g)]
+    with pytest.raises(ValueError, match="same x_all and y_all"):
+        StackedBatches(clients, [c.plan() for c in clients])
+
+
 def test_fused_models_on_per_model_inputs_equal_each_model_on_its_own() -> None:
     """Both paths: the hand-fused CNN and vmap (here an MLP and a ResNet in eval mode)."""
     from lit_fl.models import create_model

@@ -18,6 +18,7 @@ from conftest import TINY_OPTIONS
 
 from lit_fl.algorithms import (
     DFML,
+    SCAFFOLD,
     UAPDFL,
     Combo,
     CriticalFL,
@@ -26,6 +27,8 @@ from lit_fl.algorithms import (
     DecentralizedFML,
     DefKT,
     DFedAvgM,
+    DisPFL,
+    FDmeta,
     FedNTD,
     FedORION,
     FedPer,
@@ -77,9 +80,15 @@ METHODS: dict[str, Callable[[], Algorithm]] = {
     "server_fedavg": lambda: ServerFedAvg(client_fraction=1.0, local_epochs=1, batch_size=16),
     "server_fedprox": lambda: ServerFedProx(mu=1.0, client_fraction=1.0, local_epochs=1, batch_size=16),
     "fedntd": lambda: FedNTD(tau=2.0, beta=0.7, client_fraction=1.0, local_epochs=1, batch_size=16),
+    "scaffold": lambda: SCAFFOLD(client_fraction=1.0, local_epochs=2, weight_decay=5e-4, batch_size=16),
+    "dispfl": lambda: DisPFL(num_peers=2, density=0.5, weight_decay=5e-4, batch_size=16),
+    "fdmeta": lambda: FDmeta(client_fraction=1.0, public_size=70, local_epochs=1, server_epochs=1, temperature=2.0,
+                             batch_size=16, server_batch_size=16),  # 70 public samples: a short last digest batch
 }
 RUN_GROUP = phase._run_group
-POOLS = {"heterofl": ("cnn_4_8", "cnn_8_16"), "fedrolex": ("cnn_4_8", "cnn_8_16")}
+POOLS = {"heterofl": ("cnn_4_8", "cnn_8_16"), "fedrolex": ("cnn_4_8", "cnn_8_16"), "fdmeta": ("cnn_4_8", "cnn_8_16")}
+#: the methods that read public (proxy) data: a held-out fifth of the training set
+PUBLIC = ("periodic_codist", "merged_codist", "fdmeta")
 
 
 @pytest.fixture(autouse=True)
@@ -98,7 +107,7 @@ def federation(name: str) -> Federation:
     """Six clients of uneven sizes (Dirichlet(0.5)) over synthetic 1x8x8 images."""
     options = dict(TINY_OPTIONS)
     data = DataConfig(dataset="synthetic", num_clients=6, partition="dirichlet", beta=0.5, options=options,
-                      server_fraction=0.2 if "codist" in name else 0.0)
+                      server_fraction=0.2 if name in PUBLIC else 0.0)
     dataset = load_dataset("synthetic", seed=0, **options)
     pool = list(POOLS.get(name, ("cnn_4_8",)))
     return build_federation(dataset, data, ModelsConfig(pool=pool, same_init=False), seed=0)

@@ -200,10 +200,13 @@ def _masked_sgd(model: nn.Module, masks: dict[str, Tensor], batches: list, lr: f
                 p.sub_(lr * buffers[i]).mul_(masks[n])
 
 
-def test_round_replays_masked_aggregation_training_and_mask_update(runner: StepRunner) -> None:
+@pytest.mark.parametrize("fuse", ["off", "on"])
+def test_round_replays_masked_aggregation_training_and_mask_update(fuse: str) -> None:
     """Round 2 (round 1 run first, so every client's mask differs from the support of its model), 5 clients,
     N_com = 2, T = 4 (alpha_2 = 0.25 (1 + cos(pi / 4))): aggregation, masked momentum SGD (lr 0.05 * 0.95) and the
-    mask update equal the float64 replay."""
+    mask update equal the float64 replay; with ``trainer.fuse on`` the five masked steps run as one batched step,
+    each client under its own masks (masked weights exactly 0)."""
+    runner = StepRunner(accelerator="cpu", fuse=fuse)
     fed = _homogeneous(5)
     algo = DisPFL(num_peers=2, anneal_rounds=4)
     algo.setup(fed)

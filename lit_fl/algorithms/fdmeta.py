@@ -23,7 +23,10 @@ architecture, FedORION's WRN40 role, sec. 4.1) that learns by distillation alone
    each distills the same loss into its own model for ``distill_epochs`` epochs of batches of ``batch_size`` at the
    clients' SGD settings.
 
-Steps 3 and 7 are client phases (``ClientWork`` through ``runner.run_phase``); step 6 is ``runner.train``. All
+Steps 3 and 7 are client phases (``ClientWork`` through ``runner.run_phase``; with ``trainer.fuse on`` each runs as
+one batched step, every client on its own batches: :class:`~lit_fl.steps.LocalTraining` and
+:class:`~lit_fl.steps.TargetDistillation`, for models without BatchNorm; the BatchNorm CNNs of
+``experiments/mnist5k/fdmeta.yaml`` run client by client); step 6 is ``runner.train``. All
 access to the public data is :meth:`FDmeta.public_inputs` (today the held-out unlabeled slice of the training set,
 ``data.proxy``: by default the held-out slice, ``data.server_fraction > 0``).
 

@@ -91,7 +91,9 @@ class PlannedBatch:
 class StackedBatches:
     """G clients' batches side by side, step by step: step ``t`` gives every client its own ``t``-th batch.
 
-    Yields ``(x, y, weight)`` with ``x`` of shape ``[G, B, ...]``, ``y`` ``[G, B]`` and ``weight`` ``[G, B]``, where
+    The clients index the same tensors ``x_all`` and ``y_all`` (the federation's train split; FDmeta's public subset
+    and its target logits, whose ``y`` rows are ``[C]``). Yields ``(x, y, weight)`` with ``x`` of shape
+    ``[G, B, ...]``, ``y`` ``[G, B, ...]`` and ``weight`` ``[G, B]``, where
     ``weight[g, i] = 1 / b_g`` on the ``b_g`` samples of client g's batch and 0 on padding: a client whose batch
     is short (its last one) or who has no batch left at step ``t`` (fewer samples than the others) is padded with
     copies of one of its samples, so ``(per_sample_loss * weight).sum(1)`` is every client's batch mean and a
@@ -102,6 +104,8 @@ class StackedBatches:
     def __init__(self, clients: Sequence[ClientBatches], plans: Sequence[list[PlannedBatch]]) -> None:
         self.clients, self.plans = list(clients), list(plans)
         self.x_all, self.y_all = self.clients[0].x_all, self.clients[0].y_all
+        if any(c.x_all is not self.x_all or c.y_all is not self.y_all for c in self.clients):
+            raise ValueError("StackedBatches: every client's batches must index the same x_all and y_all tensors")
         steps = max(len(plan) for plan in self.plans)
         # every step is as wide as the clients' batch size, whatever the group: a client's padded row, and so every
         # reduction over it, is the same in any group (a phase fused on two processes equals one fused process)

@@ -44,7 +44,7 @@ from torch import Tensor, nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from lit_fl.choices import BN_STATS, STUDENT_RUNNING_STATS, BNStats, StudentRunningStats
-from lit_fl.losses import peer_losses, teacher_weight_matrix
+from lit_fl.losses import at_least_float32, peer_losses, teacher_weight_matrix
 from lit_fl.steps.noise import NoiseBatches
 from lit_fl.steps.optim import SGDConfig
 
@@ -56,6 +56,7 @@ __all__ = [
     "NoiseBatches",
     "NoiseDistillation",
     "StudentRunningStats",
+    "batched_soft_cross_entropy",
     "frozen_running_stats",
     "soft_cross_entropy",
     "teacher_mode",
@@ -100,11 +101,24 @@ def soft_cross_entropy(teacher_logits: Tensor, student_logits: Tensor, temperatu
     """``CE(softmax(teacher / T), student / T) = -sum_c p_c log q_c``, mean over the batch, scaled by ``T^2``.
 
     It differs from ``KL(p || q)`` by the teacher's entropy only (no gradient for the student), and is the
-    ``L_XE(f(z; theta_i), f(z; theta_g))`` of FedORION Eq. 3."""
+    ``L_XE(f(z; theta_i), f(z; theta_g))`` of FedORION Eq. 3. In float32 (float64 in a float64 run)."""
     t = temperature
-    target = F.softmax(teacher_logits.detach().float() / t, dim=1)
-    log_q = F.log_softmax(student_logits.float() / t, dim=1)
+    target = F.softmax(at_least_float32(teacher_logits.detach()) / t, dim=1)
+    log_q = F.log_softmax(at_least_float32(student_logits) / t, dim=1)
     return -(target * log_q).sum(dim=1).mean() * (t * t)
+
+
+def batched_soft_cross_entropy(teacher_logits: Tensor, student_logits: Tensor, weight: Tensor,
+                               temperature: float = 1.0) -> Tensor:
+    """:func:`soft_cross_entropy` of G students at once, each on its OWN batch: ``[G]`` from ``teacher_logits`` and
+    ``student_logits`` ``[G, B, C]`` and the per-sample ``weight`` ``[G, B]`` of
+    :class:`~lit_fl.data.batches.StackedBatches` (``1/b_g`` on student g's ``b_g`` samples, 0 on padding), so entry
+    g is student g's batch mean. In float32 (float64 in a float64 run) whatever the autocast context."""
+    t = temperature
+    with torch.autocast(device_type=student_logits.device.type, enabled=False):
+        target = F.softmax(at_least_float32(teacher_logits.detach()) / t, dim=2)
+        log_q = F.log_softmax(at_least_float32(student_logits) / t, dim=2)
+        return (-(target * log_q).sum(dim=2) * weight).sum(dim=1) * (t * t)
 
 
 class NoiseDistillation(L.LightningModule):

@@ -1,15 +1,16 @@
 """``ScaffoldTraining``: SCAFFOLD's corrected local step (Karimireddy et al. 2020, Algorithm 1 line 10): local SGD on
-the gradient ``g_i(y_i) - c_i + c``."""
+the gradient ``g_i(y_i) - c_i + c``; and its fused form for G clients at once (:class:`BatchedScaffoldTraining`)."""
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import lightning as L
 import torch
 from torch import Tensor, nn
 
 from lit_fl.choices import SupervisedLoss
+from lit_fl.steps.batched_local_training import BatchedLocalTraining
 from lit_fl.steps.local_training import LocalTraining
 from lit_fl.steps.optim import SGDConfig
 
@@ -39,8 +40,9 @@ class CorrectedSGD(torch.optim.SGD):
 class ScaffoldTraining(LocalTraining):
     """:class:`LocalTraining` (CE or WSM) whose gradient is corrected by ``c - c_i`` before every optimizer step
     (SCAFFOLD Algorithm 1, line 10: ``y_i <- y_i - eta_l (g_i(y_i) - c_i + c)``), ``correction = c - c_i`` given
-    per parameter of ``model`` (in ``model.parameters()`` order). It never fuses (:meth:`fusion_key` is None): the
-    phase runner runs it one client at a time, still placed and broadcast."""
+    per parameter of ``model`` (in ``model.parameters()`` order). Steps with equal :meth:`LocalTraining.fusion_key`
+    (same loss and SGD settings, no BatchNorm, no random draws) fuse (:meth:`batched`), each client with its own
+    correction."""
 
     def __init__(
         self,
@@ -66,9 +68,34 @@ class ScaffoldTraining(LocalTraining):
         return CorrectedSGD(self.model.parameters(), self.corrections(), lr=config.lr, momentum=config.momentum,
                             weight_decay=config.weight_decay, foreach=True)
 
-    def fusion_key(self) -> Hashable | None:
-        return None
-
     @classmethod
-    def batched(cls, steps: Sequence[LocalTraining], num_batches: Sequence[int]) -> L.LightningModule:
-        raise NotImplementedError("ScaffoldTraining never fuses (fusion_key is None)")
+    def batched(cls, steps: Sequence[ScaffoldTraining], num_batches: Sequence[int]) -> L.LightningModule:
+        """G steps with equal :meth:`fusion_key` as one :class:`BatchedScaffoldTraining`."""
+        return BatchedScaffoldTraining(steps, num_batches)
+
+
+class BatchedScaffoldTraining(BatchedLocalTraining):
+    """G clients' :class:`ScaffoldTraining` as one step: :class:`BatchedLocalTraining`'s losses, and one
+    :class:`CorrectedSGD` over the stacked weights whose correction of stacked parameter ``[G_a, *shape]`` is the
+    stack of the G_a clients' own ``c - c_i``: every model's gradient is corrected by its own client's correction
+    (SCAFFOLD Algorithm 1, line 10, per client), then SGD, momentum and weight decay act per element as alone."""
+
+    def __init__(self, steps: Sequence[ScaffoldTraining], num_batches: Sequence[int]) -> None:
+        first = steps[0]
+        super().__init__([s.model for s in steps], [s.class_proportions for s in steps], num_batches,
+                         first.loss_name, first.optimizer_config)
+        self.num_corrections = 0
+        for rows, group in zip(self.slot.members, self.slot.groups):  # in the order of the slot's parameters
+            for k in range(len(group.params)):
+                stacked = torch.stack([steps[g].corrections()[k] for g in rows])
+                self.register_buffer(f"correction_{self.num_corrections}", stacked, persistent=False)
+                self.num_corrections += 1
+
+    def corrections(self) -> list[Tensor]:
+        """The stacked corrections, one per stacked parameter of :attr:`slot` (in ``slot.parameters()`` order)."""
+        return [getattr(self, f"correction_{i}") for i in range(self.num_corrections)]
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        config = self.slot_optimizers[0]
+        return CorrectedSGD(self.slot.parameters(), self.corrections(), lr=config.lr, momentum=config.momentum,
+                            weight_decay=config.weight_decay, foreach=True)

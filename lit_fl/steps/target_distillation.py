@@ -25,13 +25,17 @@ where the soft labels are ``p = t`` (``target="probabilities"``: rows on the sim
 * FDmeta's server KD and client digest (Liu et al. 2022): ``loss="ce"``, ``target="logits"`` (the aggregated
   logits), ``temperature=T``.
 
-Every loss is computed in float32. The model trains in train mode (BatchNorm on the batch's statistics, its running
-statistics updated: the inputs are real data) by SGD with the given settings, a fresh optimizer per phase.
+Every loss is computed in float32 (float64 in a float64 run). The model trains in train mode (BatchNorm on the
+batch's statistics, its running statistics updated: the inputs are real data) by SGD with the given settings, a fresh
+optimizer per phase. Under ``trainer.fuse on`` the ``ce``-on-logits digests (FDmeta's) of clients with the same
+settings and models without BatchNorm run as one step (:class:`BatchedTargetDistillation`), each client on its own
+batches of its own targets; the other settings run one client at a time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
+from dataclasses import astuple
 from typing import Literal
 
 import lightning as L
@@ -39,6 +43,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from lit_fl.losses import at_least_float32
+from lit_fl.steps.batched import BatchedClientStep, per_sample
+from lit_fl.steps.noise_distillation import batched_soft_cross_entropy
 from lit_fl.steps.optim import SGDConfig
 
 TargetLoss = Literal["l1", "mse", "kl", "ce"]
@@ -51,20 +58,22 @@ LOGIT_DISTANCES: tuple[str, ...] = ("l1", "mse")
 
 
 def soft_labels(targets: Tensor, target: TargetKind, temperature: float) -> Tensor:
-    """``p``: ``targets`` themselves (``probabilities``) or ``softmax(targets / T)`` (``logits``), in float32."""
-    t = targets.float()
+    """``p``: ``targets`` themselves (``probabilities``) or ``softmax(targets / T)`` (``logits``), in float32 (or
+    float64)."""
+    t = at_least_float32(targets)
     return t if target == "probabilities" else F.softmax(t / temperature, dim=1)
 
 
 def target_loss(
     logits: Tensor, targets: Tensor, loss: TargetLoss, target: TargetKind = "logits", temperature: float = 1.0
 ) -> Tensor:
-    """The loss of ``logits`` against fixed ``targets`` (see the module docstring; without ``weight``), in float32."""
-    z = logits.float()
+    """The loss of ``logits`` against fixed ``targets`` (see the module docstring; without ``weight``), in float32
+    (float64 in a float64 run)."""
+    z = at_least_float32(logits)
     if loss == "l1":
-        return (z - targets.float()).abs().mean()
+        return (z - at_least_float32(targets)).abs().mean()
     if loss == "mse":
-        return (z - targets.float()).pow(2).mean()
+        return (z - at_least_float32(targets)).pow(2).mean()
     t = float(temperature)
     p = soft_labels(targets, target, t)
     log_q = F.log_softmax(z / t, dim=1)
@@ -135,6 +144,32 @@ class TargetDistillation(L.LightningModule):
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return self.optimizer_config.build(self.model.parameters())
 
+    # -- fusion (the client-work contract, :func:`lit_fl.steps.phase.run_phase`) ----------------------------
+
     def fusion_key(self) -> Hashable | None:
-        """Never fused: every client's targets are its own tensor (runs one client at a time, still placed)."""
-        return None
+        """``ce`` on logit targets (FDmeta's digest) with the same SGD settings, temperature and weight fuse
+        (:meth:`batched`); None for the other settings, a model with BatchNorm (padding would change its batch
+        statistics) or random draws."""
+        from lit_fl.steps.fusion import fusible
+
+        if (self.loss_name, self.target) != ("ce", "logits") or not (per_sample(self.model) and fusible(self.model)):
+            return None
+        return (type(self), astuple(self.optimizer_config), self.temperature, self.weight)
+
+    @classmethod
+    def batched(cls, steps: Sequence[TargetDistillation], num_batches: Sequence[int]) -> L.LightningModule:
+        return BatchedTargetDistillation(steps, num_batches)
+
+
+class BatchedTargetDistillation(BatchedClientStep):
+    """G clients' ``ce``-on-logits :class:`TargetDistillation` as one step: one slot of the G students (any
+    architectures), every client's loss ``weight *`` :func:`~lit_fl.steps.noise_distillation.batched_soft_cross_entropy`
+    of its own batch's target logits (the stacked ``y``, ``[G, B, C]``) and its own student's logits."""
+
+    def __init__(self, steps: Sequence[TargetDistillation], num_batches: Sequence[int]) -> None:
+        first = steps[0]
+        super().__init__([[s.model for s in steps]], [True], [first.optimizer_config], num_batches)
+        self.temperature, self.weight = first.temperature, first.weight
+
+    def client_losses(self, x: Tensor, y: Tensor, weight: Tensor) -> Tensor:
+        return self.weight * batched_soft_cross_entropy(y, self.slot_logits(0, x), weight, self.temperature)
