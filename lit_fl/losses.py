@@ -47,16 +47,17 @@ def token_rows(logits: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
     return rows[..., keep, :], target.reshape(-1)[keep]
 
 
-def token_weights(target: Tensor, weight: Tensor) -> tuple[Tensor, Tensor]:
+def token_weights(target: Tensor, weight: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
     """Per-client sequences as classification rows: targets ``[G, B, T]`` and the per-sample weights ``[G, B]`` of
     :class:`~lit_fl.data.batches.StackedBatches` become targets ``[G, B*T]`` and weights ``[G, B*T]`` that are
     ``1 / m_g`` on the ``m_g`` trained tokens (not PAD) of client g's real samples and 0 elsewhere, so a weighted sum
-    is every client's mean over its batch's tokens. Classification inputs come back unchanged."""
+    is every client's mean over its batch's tokens, in ``dtype`` (the losses'). Classification inputs come back
+    unchanged."""
     if target.ndim < 3:
         return target, weight
     from lit_fl.data.tokens import trained_targets
 
-    mask = (trained_targets(target) & (weight > 0).unsqueeze(-1)).to(weight.dtype)
+    mask = (trained_targets(target) & (weight > 0).unsqueeze(-1)).to(dtype)
     per_token = mask / mask.sum(dim=(1, 2), keepdim=True).clamp_min(1.0)
     g = target.shape[0]
     return target.reshape(g, -1), per_token.reshape(g, -1)
@@ -185,7 +186,7 @@ def batched_supervised_losses(
     the per-sample weights of :class:`~lit_fl.data.batches.StackedBatches` (``1/b_g`` on model g's ``b_g`` samples,
     0 on padding), so entry g is model g's batch mean. Batched local training. Sequences: ``logits`` ``[G, B, T, V]``,
     ``target`` ``[G, B, T]``, entry g model g's mean over its batch's trained tokens (:func:`token_weights`)."""
-    target, weight = token_weights(target, weight)
+    target, weight = token_weights(target, weight, at_least_float32(logits).dtype)
     logits = flat_positions(logits, 1)
     with torch.autocast(device_type=logits.device.type, enabled=False):
         z = at_least_float32(logits)
@@ -264,7 +265,7 @@ def batched_peer_losses(
 
     which with ``w_gi = 1/b_g`` is :func:`peer_losses` of client g's batch (batched deep mutual learning). Sequences
     (``[S, G, B, T, V]``, ``target`` ``[G, B, T]``): over every client's trained tokens (:func:`token_weights`)."""
-    target, sample_weight = token_weights(target, sample_weight)
+    target, sample_weight = token_weights(target, sample_weight, at_least_float32(logits).dtype)
     logits = flat_positions(logits, 2)
     with torch.autocast(device_type=logits.device.type, enabled=False):
         z = at_least_float32(logits)

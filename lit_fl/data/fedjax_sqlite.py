@@ -116,7 +116,9 @@ class FederatedSQLite:
 
     def _query(self, query: str, args: tuple = ()) -> Iterator[tuple]:
         try:
-            yield from self._connection.execute(query, args)
+            cursor = self._connection.execute(query, args)
+            while rows := cursor.fetchmany(64):  # the rows in hand before yielding: a reader stopped early leaves
+                yield from rows                   # no cursor to resume on a closed connection
         except sqlite3.DatabaseError as err:
             raise ConfigError(f"{self.path}: damaged SQLite file ({err}); expected {EXPECTED}") from None
 
