@@ -157,6 +157,10 @@ CODIST = {"large_clients": [0], "clients_per_round": 1, "distill_steps": 2, "dis
     ("dfml-so", "DFML", DFML_ARGS, "stackoverflow", ["lstm_6_5_1", "lstm_6_4_2"], {}),
     ("codist1-so", "PeriodicCodist", {**CODIST, "period": 1, "small_arch": "lstm_6_5_1", "large_arch": "lstm_8_6_1"},
      "stackoverflow", ["lstm_6_5_1"], {"server_fraction": 0.3}),
+    ("fedprox-so", "DecentralizedFedProx", {**DECENTRALIZED, "mu": 0.1}, "stackoverflow", ["lstm_6_5_1"], {}),
+    ("local-so", "Local", {"batch_size": 2}, "stackoverflow", ["lstm_6_5_1"], {}),
+    ("serverfedavg-so", "ServerFedAvg", {"batch_size": 2}, "stackoverflow", ["lstm_6_5_1"], {}),
+    ("serverfedprox-so", "ServerFedProx", {"batch_size": 2, "mu": 0.1}, "stackoverflow", ["lstm_6_5_1"], {}),
     ("codist2-so", "MergedCodist", {**CODIST, "small_arch": "lstm_6_5_1", "large_arch": "lstm_8_6_2"},
      "stackoverflow", ["lstm_6_5_1"], {"server_fraction": 0.3}),
 ])
@@ -192,3 +196,19 @@ def test_image_model_on_sequences_is_refused(tmp_path: Path) -> None:
     result = run_cli("fit", "--config", path, "--name", "refused")
     assert result.rc == 2 and "models.pool: cnn_4 is an image model and stackoverflow holds token sequences" in (
         result.err), result.err
+
+
+@pytest.mark.parametrize("config", ["table1_so_fedavg", "table1_so_periodic_codist", "table1_so_merged_codist"])
+def test_stackoverflow_table1_configs_run_a_round_on_the_fixture(tmp_path: Path, config: str) -> None:
+    """The configurations of sweeps/codistillation_table1_so.yaml, shrunk to the fixture: its 3 users, a vocabulary of
+    8 words, client 0 as the high-capacity pool; the paper's LSTMs (App. E widths) at the fixture's 12 tokens."""
+    stackoverflow_files(tmp_path)
+    path = Path(__file__).resolve().parents[1] / "experiments" / "codistillation" / f"{config}.yaml"
+    result = run_cli("fit", "--config", path, "--rounds", "1", "--data.num_clients", "3", "--data.root", tmp_path,
+                     "--data.server_fraction", "0.3", "--data.options", '{"vocab_size": 8, "max_length": 5}',
+                     "--algorithm.init_args.large_clients", "[0]", "--algorithm.init_args.clients_per_round", "1",
+                     "--algorithm.init_args.distill_steps", "2", "--logger.wandb", "false", "--logger.progress",
+                     "false", "--run_dir", tmp_path / "runs", "--name", config)
+    assert result.rc == 0, result.err
+    row = read_metrics(tmp_path / "runs" / config / "metrics.csv")[0]
+    assert 0.0 <= row["server_acc/small"] <= 1.0 and 0.0 <= row["server_acc/large"] <= 1.0
