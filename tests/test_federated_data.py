@@ -91,6 +91,7 @@ def test_natural_partition_draws_clients_by_seed(tmp_path: Path) -> None:
     from_all = [every.train_y[np.sort(np.concatenate([s.train, s.val]))] for s in splits]
     assert [torch.equal(a, drawn.train_y[c]) for a, c in zip(from_all, drawn.clients)] == [True] * 3
     assert len(set(drawn.client_ids)) == 3 and set(drawn.client_ids) < set(every.client_ids)
+    assert load_dataset("femnist", tmp_path, num_clients=3, seed=5).client_ids != drawn.client_ids  # the seed draws
     splits, _ = client_splits(drawn, config, seed=4)
     assert [len(s.train) + len(s.val) for s in splits] == [len(c) for c in drawn.clients]
     one = [s for s, c in zip(splits, drawn.clients) if len(c) == 1]
