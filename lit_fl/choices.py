@@ -12,8 +12,8 @@ from typing import Literal
 SupervisedLoss = Literal["wsm", "ce"]
 
 #: ``data.partition``
-PartitionName = Literal["iid", "dirichlet", "shards"]
-PARTITIONS: tuple[str, ...] = ("iid", "dirichlet", "shards")
+PartitionName = Literal["iid", "dirichlet", "shards", "natural"]
+PARTITIONS: tuple[str, ...] = ("iid", "dirichlet", "shards", "natural")
 
 #: FedORION's ``bn_stats`` and ``student_running_stats``
 BNStats = Literal["current", "running"]

@@ -19,13 +19,16 @@ class DataConfig:
 
     Args:
         dataset: a registered dataset (mnist5k, digits, synthetic, cifar10, cifar100, fmnist, mnist, svhn,
-            caltech101, oxford_pets, stanford_cars, tiny_imagenet, pathmnist), or ``module:loader`` of your own:
+            caltech101, oxford_pets, stanford_cars, tiny_imagenet, pathmnist; the TFF/FedJAX federated SQLite files
+            femnist, fed_cifar100, shakespeare, stackoverflow), or ``module:loader`` of your own:
             ``loader(root, download, seed, **options) -> ImageDataset``.
-        root: where torchvision and image-file datasets live (ignored by the bundled ones).
+        root: where torchvision, image-file and federated SQLite datasets live (ignored by the bundled ones).
         download: let torchvision download a missing dataset into ``root`` (needs internet; cifar10, cifar100,
             fmnist, mnist, svhn, caltech101, oxford_pets).
         num_clients: N.
-        partition: iid, dirichlet (label skew with concentration ``beta``) or shards (``zeta`` per client).
+        partition: iid, dirichlet (label skew with concentration ``beta``), shards (``zeta`` per client) or
+            natural: the clients are a federated dataset's own (femnist, fed_cifar100, shakespeare, stackoverflow),
+            ``num_clients`` of them drawn by the seed (as many as the dataset has: all of them).
         beta: Dirichlet concentration (DFML non-IID: 0.1); smaller is more skewed.
         zeta: shards per client for ``shards`` (Def-KT).
         val_fraction: share of every client's partition kept for its validation split (SPEC: 0.2).
@@ -49,7 +52,7 @@ class DataConfig:
     root: str = "data"
     download: bool = False
     num_clients: PositiveInt = 10
-    partition: Literal["iid", "dirichlet", "shards"] = "dirichlet"
+    partition: Literal["iid", "dirichlet", "shards", "natural"] = "dirichlet"
     beta: PositiveFloat = 0.5
     zeta: PositiveInt = 2
     val_fraction: HalfOpenUnitInterval = 0.2

@@ -115,11 +115,12 @@ class Experiment:
 
     def build(self) -> tuple[Federation, StepRunner]:
         """The federation (on the runner's device) and the runner."""
-        from lit_fl.data import load_dataset
+        from lit_fl.data.registry import load_configured
         from lit_fl.federation.builder import build_federation
         from lit_fl.steps.runner import StepRunner
 
-        dataset = load_dataset(self.data.dataset, self.data.root, self.data.download, self.seed, **self.data.options)
+        dataset = load_configured(self.data, self.seed)
+        self.algorithm.check_dataset(dataset)
         runner = StepRunner(
             self.trainer.accelerator,
             self.trainer.devices,

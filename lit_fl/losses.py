@@ -12,6 +12,12 @@
 
 All losses average over the batch (the paper sums; a mean keeps the learning rate independent of the
 batch size, see SPEC "WSM ... mean over batch").
+
+Next-token prediction (token sequences, :mod:`lit_fl.data.tokens`) is classification of every position whose target
+is not PAD: each loss takes logits ``[..., B, T, V]`` with targets ``[B, T]`` (per-client ``[G, B, T]`` in the
+batched losses), keeps those positions (:func:`token_rows`, :func:`token_weights`) and averages over them, so a
+batch's loss is the mean over its trained tokens (FedJAX masks PAD the same way, ``per_token_loss *= targets !=
+pad``; it then sums per sentence, which only rescales the learning rate).
 """
 
 from __future__ import annotations
@@ -29,6 +35,42 @@ def at_least_float32(tensor: Tensor) -> Tensor:
     return tensor if tensor.dtype == torch.float64 else tensor.float()
 
 
+def token_rows(logits: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
+    """Sequences as classification rows: logits ``[..., B, T, V]`` and targets ``[B, T]`` become ``[..., M, V]`` and
+    ``[M]``, the M positions whose target is not PAD. Classification inputs (targets ``[B]``) come back unchanged."""
+    if target.ndim < 2:
+        return logits, target
+    from lit_fl.data.tokens import trained_targets
+
+    keep = trained_targets(target).reshape(-1)
+    rows = logits.reshape(*logits.shape[: logits.ndim - 3], -1, logits.shape[-1])
+    return rows[..., keep, :], target.reshape(-1)[keep]
+
+
+def token_weights(target: Tensor, weight: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """Per-client sequences as classification rows: targets ``[G, B, T]`` and the per-sample weights ``[G, B]`` of
+    :class:`~lit_fl.data.batches.StackedBatches` become targets ``[G, B*T]`` and weights ``[G, B*T]`` that are
+    ``1 / m_g`` on the ``m_g`` trained tokens (not PAD) of client g's real samples and 0 elsewhere, so a weighted sum
+    is every client's mean over its batch's tokens, in ``dtype`` (the losses'). Classification inputs come back
+    unchanged."""
+    if target.ndim < 3:
+        return target, weight
+    from lit_fl.data.tokens import trained_targets
+
+    mask = (trained_targets(target) & (weight > 0).unsqueeze(-1)).to(dtype)
+    per_token = mask / mask.sum(dim=(1, 2), keepdim=True).clamp_min(1.0)
+    g = target.shape[0]
+    return target.reshape(g, -1), per_token.reshape(g, -1)
+
+
+def flat_positions(logits: Tensor, leading: int) -> Tensor:
+    """Logits with ``leading`` dims before the batch: ``[*lead, B, T, V]`` as ``[*lead, B*T, V]`` (sequences), and
+    ``[*lead, B, C]`` unchanged."""
+    if logits.ndim == leading + 3:
+        return logits.reshape(*logits.shape[:leading], -1, logits.shape[-1])
+    return logits
+
+
 def wsm_loss(logits: Tensor, target: Tensor, class_proportions: Tensor) -> Tensor:
     """Re-weighted softmax cross-entropy, DFML Eq. 2, averaged over the batch.
 
@@ -37,6 +79,7 @@ def wsm_loss(logits: Tensor, target: Tensor, class_proportions: Tensor) -> Tenso
     ``beta = 1`` for every class the loss is exactly cross-entropy; with uniform proportions ``1/C`` it is
     cross-entropy minus the constant ``log C`` (same gradient).
     """
+    logits, target = token_rows(logits, target)
     z = at_least_float32(logits)
     log_beta = torch.log(class_proportions.to(device=z.device, dtype=z.dtype))
     normaliser = torch.logsumexp(z + log_beta, dim=1)
@@ -46,14 +89,16 @@ def wsm_loss(logits: Tensor, target: Tensor, class_proportions: Tensor) -> Tenso
 
 def cross_entropy(logits: Tensor, target: Tensor, class_proportions: Tensor | None = None) -> Tensor:
     """Plain cross-entropy with the signature of :func:`wsm_loss` (``class_proportions`` is ignored)."""
+    logits, target = token_rows(logits, target)
     return F.cross_entropy(at_least_float32(logits), target)
 
 
 def kl_divergence(teacher_logits: Tensor, student_logits: Tensor, temperature: float = 1.0) -> Tensor:
-    """``KL(p_teacher || p_student)`` per batch (mean over samples), scaled by ``T^2`` (Hinton et al.)."""
+    """``KL(p_teacher || p_student)`` per batch (mean over samples; over every position of sequences), scaled by
+    ``T^2`` (Hinton et al.)."""
     t = temperature
-    log_p_student = F.log_softmax(at_least_float32(student_logits) / t, dim=1)
-    log_p_teacher = F.log_softmax(at_least_float32(teacher_logits) / t, dim=1)
+    log_p_student = F.log_softmax(at_least_float32(flat_positions(student_logits, 0)) / t, dim=-1)
+    log_p_teacher = F.log_softmax(at_least_float32(flat_positions(teacher_logits, 0)) / t, dim=-1)
     kl = F.kl_div(log_p_student, log_p_teacher, reduction="batchmean", log_target=True)
     return kl * (t * t)
 
@@ -119,7 +164,9 @@ def teacher_weight_matrix(num_params: Sequence[int], weighted: bool = True) -> T
 
 def supervised_losses(logits: Tensor, target: Tensor, class_proportions: Tensor | None, loss: str) -> Tensor:
     """``[N]``: :func:`wsm_loss` (``loss="wsm"``) or :func:`cross_entropy` of each of the stacked ``[N, B, C]``
-    logits against the same ``target`` ``[B]``, batch means."""
+    logits against the same ``target`` ``[B]``, batch means (sequences: ``[N, B, T, V]`` against ``[B, T]``, token
+    means)."""
+    logits, target = token_rows(logits, target)
     z = at_least_float32(logits)
     if loss == "wsm":
         assert class_proportions is not None
@@ -137,7 +184,10 @@ def batched_supervised_losses(
     """``[G]``: each of G models' :func:`wsm_loss` (``loss="wsm"``, its own ``class_proportions[g]``) or
     :func:`cross_entropy` on its OWN batch: ``logits`` ``[G, B, C]``, ``target`` ``[G, B]``, ``weight`` ``[G, B]``
     the per-sample weights of :class:`~lit_fl.data.batches.StackedBatches` (``1/b_g`` on model g's ``b_g`` samples,
-    0 on padding), so entry g is model g's batch mean. Batched local training."""
+    0 on padding), so entry g is model g's batch mean. Batched local training. Sequences: ``logits`` ``[G, B, T, V]``,
+    ``target`` ``[G, B, T]``, entry g model g's mean over its batch's trained tokens (:func:`token_weights`)."""
+    target, weight = token_weights(target, weight, at_least_float32(logits).dtype)
+    logits = flat_positions(logits, 1)
     with torch.autocast(device_type=logits.device.type, enabled=False):
         z = at_least_float32(logits)
         z_norm = z + torch.log(class_proportions.to(z.dtype)).unsqueeze(1) if loss == "wsm" else z
@@ -167,8 +217,12 @@ def peer_losses(
 
     The weighted sum over teachers is one matrix product ``W @ p``: a fixed number of kernels for any N, and no
     value is read back to the host. Runs in float32 whatever the autocast context (as the per-pair functions,
-    which cast their inputs).
+    which cast their inputs). Sequences (``[N, B, T, V]``, ``target`` ``[B, T]``): both terms over the positions
+    whose target is not PAD (:func:`token_rows`; every position without a target).
     """
+    if target is not None:
+        logits, target = token_rows(logits, target)
+    logits = flat_positions(logits, 1)
     with torch.autocast(device_type=logits.device.type, enabled=False):
         z = at_least_float32(logits)
         n, b, c = z.shape
@@ -209,7 +263,10 @@ def batched_peer_losses(
 
         L_gn = a_n * sum_i w_gi sup(z_gni, y_gi) + b_n * T^2 * sum_q W[n, q] sum_i w_gi KL(p_gqi^T || p_gni^T)
 
-    which with ``w_gi = 1/b_g`` is :func:`peer_losses` of client g's batch (batched deep mutual learning)."""
+    which with ``w_gi = 1/b_g`` is :func:`peer_losses` of client g's batch (batched deep mutual learning). Sequences
+    (``[S, G, B, T, V]``, ``target`` ``[G, B, T]``): over every client's trained tokens (:func:`token_weights`)."""
+    target, sample_weight = token_weights(target, sample_weight, at_least_float32(logits).dtype)
+    logits = flat_positions(logits, 2)
     with torch.autocast(device_type=logits.device.type, enabled=False):
         z = at_least_float32(logits)
         s, g, b, c = z.shape

@@ -168,7 +168,7 @@ def test_partition_unknown_scheme():
         partition(_labels(), 10, "pathological", np.random.default_rng(0))
     for name in ("iid", "dirichlet", "shards"):
         assert name in str(info.value)
-    assert set(PARTITIONS) == {"iid", "dirichlet", "shards"}
+    assert set(PARTITIONS) == {"iid", "dirichlet", "shards", "natural"}  # natural: lit_fl.data.natural
 
 
 # ------------------------------------------------------------------------------------------- train / val

@@ -78,4 +78,4 @@ def test_lit_fl_configs_lists_the_registered_names(capsys: pytest.CaptureFixture
     assert main(["registered"]) == 0
     out = capsys.readouterr().out
     assert "algorithm.class_path: lit_fl.algorithms.Combo, lit_fl.algorithms.CriticalFL, lit_fl.algorithms.DFML" in out
-    assert "models.pool: codist_large" in out and "data.dataset: caltech101, cifar10, cifar100" in out
+    assert "models.pool: char_lstm, codist_large" in out and "data.dataset: caltech101, cifar10, cifar100" in out

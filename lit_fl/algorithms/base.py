@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     import torch
 
     from lit_fl.data.batches import ClientBatches
+    from lit_fl.data.dataset import ImageDataset
     from lit_fl.federation.ledger import CommunicationLedger
     from lit_fl.federation.state import Client, Federation
     from lit_fl.steps.phase import ClientWork, WorkResult
@@ -59,6 +60,10 @@ class Algorithm(ABC):
     #: The default of ``models.same_init``: whether the method's paper starts every client of an architecture
     #: from the same initial weights (DFML Algorithm 2, Def-KT "all clients are initialized with the same model").
     paper_same_init: bool = True
+    #: Whether the method learns from logits alone, so that it runs on token sequences (next-token prediction,
+    #: :mod:`lit_fl.data.tokens`) as on images; one that needs images (noise images, class-score tables, sliced
+    #: widths) refuses a sequence dataset in one line (:meth:`check_dataset`).
+    sequence_tasks: bool = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -84,6 +89,16 @@ class Algorithm(ABC):
     @property
     def name(self) -> str:
         return type(self).__name__
+
+    def check_dataset(self, dataset: ImageDataset) -> None:
+        """Refuse, in one line, a dataset the method cannot learn from (before the federation is built)."""
+        if dataset.is_sequence and not self.sequence_tasks:
+            from lit_fl.algorithms.registry import ALGORITHMS
+
+            able = sorted(name for name, cls in ALGORITHMS.items() if getattr(cls, "sequence_tasks", False))
+            raise ConfigError(f"algorithm: {self.name} cannot run on {dataset.name}: its samples are token sequences "
+                              f"(next-token prediction) and {self.name} is built for images; methods that run on "
+                              f"sequences: {', '.join(able)}")
 
     def setup(self, federation: Federation) -> None:
         """Called once on a fresh federation before round 1 (and before a checkpoint is loaded)."""

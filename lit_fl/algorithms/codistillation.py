@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     import torch
     from torch import Tensor, nn
 
+    from lit_fl.data.dataset import ImageDataset
     from lit_fl.federation.ledger import CommunicationLedger
     from lit_fl.federation.state import Client, Federation
     from lit_fl.steps.phase import ClientWork
@@ -101,6 +102,19 @@ class Codistillation(Algorithm):
     """
 
     uses_topology = False  # every sampled client talks to the server
+    sequence_tasks = True  # the paper's StackOverflow half: LSTM language models (App. E)
+
+    def check_dataset(self, dataset: ImageDataset) -> None:
+        """Both architectures must read the dataset's samples; the flips and mixup of ``distill_augment`` are for
+        images."""
+        from lit_fl.models.registry import check_model_for_data
+
+        super().check_dataset(dataset)
+        check_model_for_data(self.small_arch, "algorithm.small_arch", dataset.is_sequence, dataset.name)
+        check_model_for_data(self.large_arch, "algorithm.large_arch", dataset.is_sequence, dataset.name)
+        if self.distill_augment and dataset.is_sequence:
+            raise ConfigError(f"algorithm.distill_augment: flips and mixup are for images and {dataset.name} holds "
+                              "token sequences; allowed: false")
 
     def __init__(
         self,

@@ -70,6 +70,8 @@ class CriticalFL(Local):
             one epoch of cross-entropy: UA-PDFL sec. 5.1.4).
     """
 
+    sequence_tasks = False  # not checked on sequences
+
     sends_models = True
     uses_topology = True
 

@@ -66,6 +66,8 @@ class DFedAvgM(Local):
         batch_size: UA-PDFL: 50.
     """
 
+    sequence_tasks = False  # not checked on sequences
+
     sends_models = True
     uses_topology = True
 

@@ -13,6 +13,7 @@ from lit_fl.constraints import BatchStatisticsSize, NonNegativeInt, PositiveFloa
 from lit_fl.federation.alpha import AlphaSchedule
 
 if TYPE_CHECKING:
+    from lit_fl.data.dataset import ImageDataset
     from lit_fl.federation.ledger import CommunicationLedger
     from lit_fl.federation.state import Federation
     from lit_fl.steps.runner import StepRunner
@@ -45,6 +46,8 @@ class DFML(DecentralizedAlgorithm):
         noise_batch_size: noise samples per batch of that extension (128, as FedORION).
     """
 
+    sequence_tasks = True  # learns from logits alone: runs on token sequences (lit_fl.data.tokens)
+
     uses_peak_models = True
 
     def __init__(
@@ -72,6 +75,15 @@ class DFML(DecentralizedAlgorithm):
         self.temperature = temperature
         self.noise_batches = noise_batches
         self.noise_batch_size = noise_batch_size
+
+    def check_dataset(self, dataset: ImageDataset) -> None:
+        """The noise distillation (``noise_batches``) draws Gaussian images: refused on token sequences."""
+        super().check_dataset(dataset)
+        if self.noise_batches > 0 and dataset.is_sequence:
+            from lit_fl.errors import ConfigError
+
+            raise ConfigError(f"algorithm.noise_batches: the noise distillation draws Gaussian images and "
+                              f"{dataset.name} holds token sequences; allowed: 0")
 
     def setup(self, federation: Federation) -> None:
         """Every client starts with a peak model equal to its initial model and ``alpha_n = 0``."""

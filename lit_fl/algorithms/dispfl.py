@@ -81,6 +81,8 @@ class DisPFL(Local):
         batch_size: UA-PDFL: 50; also the size of the one batch whose gradient regrows the mask.
     """
 
+    sequence_tasks = False  # masks and its own loss loop are for image models
+
     sends_models = True
     uses_topology = True
 

@@ -27,6 +27,8 @@ class DecentralizedFedAvg(DecentralizedAlgorithm):
         loss: ``wsm`` (DFML sec. 4 runs every baseline with WSM, as DFML itself) or ``ce``.
     """
 
+    sequence_tasks = True  # learns from logits alone: runs on token sequences (lit_fl.data.tokens)
+
     def __init__(self, loss: SupervisedLoss = "wsm", **kwargs: Any) -> None:
         super().__init__(loss=loss, **kwargs)
 

@@ -43,6 +43,8 @@ class FedNTD(ServerFedAvg):
             :class:`ServerFedAvg`.
     """
 
+    sequence_tasks = False  # not-true distillation per image label, not per token
+
     def __init__(self, tau: PositiveFloat = 1.0, beta: NonNegativeFloat = 1.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.tau = float(tau)

@@ -48,6 +48,8 @@ class FedPer(Local):
         **kwargs: the training setup of :class:`Local` (lr 0.05 decayed 0.95 per round, momentum 0.5, ...).
     """
 
+    sequence_tasks = False  # its classifier split is defined for the image families
+
     sends_models = True
     uses_topology = True
 

@@ -41,6 +41,8 @@ class Local(Algorithm):
         batch_size: UA-PDFL: 50.
     """
 
+    sequence_tasks = True  # learns from logits alone: runs on token sequences (lit_fl.data.tokens)
+
     sends_models = False
     uses_topology = False
 

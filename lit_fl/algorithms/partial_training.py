@@ -35,6 +35,8 @@ class PartialTraining(DecentralizedFedAvg):
         weighting: ``equal`` (the paper: ``d_n = 1/|P|``) or ``samples`` (``d_n`` = local train-set size).
     """
 
+    sequence_tasks = False  # width-sliced submodels of the image families
+
     def __init__(self, weighting: Literal["equal", "samples"] = "equal", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if weighting not in ("equal", "samples"):

@@ -63,6 +63,8 @@ class ServerFedAvg(Algorithm):
         batch_size: B, the clients' batch size (FedORION sec. 4.1: 32).
     """
 
+    sequence_tasks = True  # learns from logits alone: runs on token sequences (lit_fl.data.tokens)
+
     def __init__(
         self,
         client_fraction: Fraction = 0.3,

@@ -44,11 +44,15 @@ def main(argv: Sequence[str]) -> int:
 
 
 def partition(data, seed: int, out: Path) -> int:  # noqa: ANN001
-    from lit_fl.data import load_dataset
+    from lit_fl.data.registry import load_configured
+    from lit_fl.errors import ConfigError
     from lit_fl.federation.builder import client_splits
     from lit_fl.suite.partition_plot import class_counts, write_bubble_plot, write_counts_csv
 
-    dataset = load_dataset(data.dataset, data.root, data.download, seed, **data.options)
+    dataset = load_configured(data, seed)
+    if dataset.is_sequence:
+        raise ConfigError(f"data.dataset: {data.dataset} holds token sequences; lit-fl partition plots class labels "
+                          "per client (an image dataset)")
     splits, server_idx = client_splits(dataset, data, seed)
     counts = class_counts(dataset.train_y.numpy(), splits, dataset.num_classes)
     skew = f"Dirichlet beta={data.beta:g}" if data.partition == "dirichlet" else data.partition

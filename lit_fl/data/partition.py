@@ -99,7 +99,8 @@ def partition(
     beta: float = 0.5,
     zeta: int = 2,
 ) -> list[np.ndarray]:
-    """Dispatch to one of :data:`PARTITIONS`."""
+    """Dispatch to one of :data:`PARTITIONS` (``natural`` is the dataset's own clients:
+    :func:`lit_fl.data.natural.partition_natural`)."""
     if scheme == "iid":
         return partition_iid(labels, num_clients, rng)
     if scheme == "dirichlet":
@@ -125,6 +126,12 @@ def split_train_val(parts: list[np.ndarray], val_fraction: float, rng: np.random
 
 
 def class_proportions(labels: Tensor, num_classes: int) -> Tensor:
-    """``beta_c`` of WSM: the fraction of each label among ``labels`` (zeros where a class is absent)."""
-    counts = torch.bincount(labels.cpu(), minlength=num_classes).float()
+    """``beta_c`` of WSM: the fraction of each label among ``labels`` (zeros where a class is absent). For token
+    sequences ``(N, T)`` the labels are the trained targets (every token but PAD, :mod:`lit_fl.data.tokens`)."""
+    labels = labels.cpu()
+    if labels.ndim == 2:
+        from lit_fl.data.tokens import trained_targets
+
+        labels = labels[trained_targets(labels)]
+    counts = torch.bincount(labels, minlength=num_classes).float()
     return counts / counts.sum().clamp_min(1.0)

@@ -17,12 +17,21 @@ from lit_fl.errors import ConfigError
 from lit_fl.registry import Registry
 
 if TYPE_CHECKING:
+    from lit_fl.config import DataConfig
     from lit_fl.data.dataset import ImageDataset
 
 DatasetLoader = Callable[..., "ImageDataset"]
 #: dataset name -> ``loader(root, download, seed, **options)``
 DATASETS: Registry[DatasetLoader] = Registry("dataset")
 
+#: the TFF/FedJAX federated datasets (their own clients: ``data.partition: natural``) -> the module of the loader;
+#: their loaders take ``num_clients`` and read only the clients drawn (:func:`load_configured`)
+FEDERATED: dict[str, str] = {
+    "femnist": "lit_fl.data.federated_images",
+    "fed_cifar100": "lit_fl.data.federated_images",
+    "shakespeare": "lit_fl.data.shakespeare",
+    "stackoverflow": "lit_fl.data.stackoverflow",
+}
 #: built-in dataset name -> the module that registers its loader
 BUILTIN: dict[str, str] = {
     "mnist5k": "lit_fl.data.bundled",
@@ -32,6 +41,7 @@ BUILTIN: dict[str, str] = {
     **dict.fromkeys(("caltech101", "oxford_pets", "stanford_cars"), "lit_fl.data.torchvision_folders"),
     "tiny_imagenet": "lit_fl.data.tiny_imagenet",
     "pathmnist": "lit_fl.data.pathmnist",
+    **FEDERATED,
 }
 assert set(IMAGE_SPECS) <= set(BUILTIN), "every image-file dataset has a loader module"
 
@@ -65,3 +75,13 @@ def load_dataset(
     if name not in DATASETS:
         raise ConfigError(f"data.dataset: unknown dataset {name!r}; allowed: {', '.join(list_datasets())}")
     return DATASETS[name](root=Path(root), download=download, seed=seed, **options)
+
+
+def load_configured(data: DataConfig, seed: int) -> ImageDataset:
+    """The dataset of ``data`` (``data.options`` to its loader); a federated dataset under ``data.partition:
+    natural`` reads only the ``data.num_clients`` clients the natural partition draws
+    (:func:`lit_fl.data.natural.select_clients`, the same draw)."""
+    options = dict(data.options)
+    if data.partition == "natural" and data.dataset in FEDERATED:
+        options.setdefault("num_clients", data.num_clients)
+    return load_dataset(data.dataset, data.root, data.download, seed, **options)

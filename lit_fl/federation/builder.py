@@ -9,12 +9,15 @@ import torch
 
 from lit_fl.config import DataConfig, ModelsConfig
 from lit_fl.data.dataset import ImageDataset
+from lit_fl.data.natural import partition_natural
 from lit_fl.data.partition import class_proportions, partition, split_train_val
 from lit_fl.data.proxy import build_proxy
+from lit_fl.errors import ConfigError
 from lit_fl.federation.faults import FaultsConfig
 from lit_fl.federation.state import Client, Federation
 from lit_fl.federation.topology import TopologyConfig, build_topology
 from lit_fl.models import assign_evenly, create_model, resolve_pool
+from lit_fl.models.registry import check_model_for_data
 
 
 def build_federation(
@@ -40,6 +43,8 @@ def build_federation(
     ResNet shortcut) crashes inside oneDNN.
     """
     pool = resolve_pool(models.pool)
+    for arch in dict.fromkeys(pool):
+        check_model_for_data(arch, "models.pool", dataset.is_sequence, dataset.name)
     archs = assign_evenly(pool, data.num_clients)
     if channels_last is None:
         channels_last = all(arch.startswith("cnn_") for arch in archs)
@@ -77,8 +82,14 @@ def client_splits(dataset: ImageDataset, data: DataConfig, seed: int) -> tuple[l
     labels = dataset.train_y.cpu().numpy()
     rng = np.random.default_rng([seed, 0])
     server_idx, client_pool = hold_out(len(labels), data.server_fraction, np.random.default_rng([seed, 6]))
-    parts = partition(labels[client_pool], data.num_clients, data.partition, rng, beta=data.beta, zeta=data.zeta)
-    parts = [client_pool[p] for p in parts]
+    if data.partition == "natural":
+        parts = partition_natural(dataset.clients, len(labels), client_pool, data.num_clients, seed, dataset.name)
+    else:
+        if dataset.is_sequence and data.partition != "iid":
+            raise ConfigError(f"data.partition: {data.partition} splits by class label; {dataset.name} holds token "
+                              "sequences; allowed: iid, natural")
+        parts = partition(labels[client_pool], data.num_clients, data.partition, rng, beta=data.beta, zeta=data.zeta)
+        parts = [client_pool[p] for p in parts]
     return split_train_val(parts, data.val_fraction, rng), server_idx
 
 

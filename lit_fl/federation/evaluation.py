@@ -19,6 +19,10 @@ A set of weights not seen before runs one pass, under ``torch.inference_mode`` i
 followed by the validation samples of every client that holds it, in batches of ``batch_size``; its accuracies
 are the correct counts of each segment. Accuracy is ``float32(correct) / total``, the value torchmetrics' micro
 accuracy gives, so the numbers are those of evaluating each client on its own.
+
+On token sequences (next-token prediction) accuracy is over tokens: the correct counts are the positions whose
+argmax equals a target that is neither PAD nor EOS, the totals the number of such targets (FedJAX's
+``accuracy_no_eos``, :mod:`lit_fl.data.tokens`).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from lit_fl.data.tokens import correct_counts, counted_totals
 from lit_fl.federation.fingerprint import Fingerprint, Stamp, fingerprint, stamp
 from lit_fl.federation.fused_evaluation import split_counts
 from lit_fl.federation.state import Client, Federation, WeightsToken
@@ -154,13 +159,14 @@ class Evaluator:
         return passes
 
     @torch.inference_mode()
-    def _correct(self, model: nn.Module, x: Tensor, y: Tensor, batch_size: int) -> Tensor:
-        """Per-sample correctness of ``model``'s top-1 prediction (bool), batch by batch."""
+    def _correct(self, model: nn.Module, x: Tensor, y: Tensor, batch_size: int, sequence: bool = False) -> Tensor:
+        """Per sample, the correct predictions of ``model`` (0 or 1 for a class, the counted tokens of a sequence:
+        :func:`~lit_fl.data.tokens.correct_counts`), batch by batch."""
         if len(y) == 0:
-            return torch.zeros(0, dtype=torch.bool, device=y.device)
+            return torch.zeros(0, dtype=torch.long, device=y.device)
         with self.autocast():
-            preds = torch.cat([model(x[i : i + batch_size]).argmax(1) for i in range(0, len(x), batch_size)])
-        return preds == y
+            return torch.cat([correct_counts(model(x[i : i + batch_size]), y[i : i + batch_size], sequence)
+                              for i in range(0, len(x), batch_size)])
 
     def _count(self, work: _Pass, fed: Federation) -> list[int]:
         """The pass's correct counts: the test set's (when asked), then each validation client's."""
@@ -170,10 +176,10 @@ class Evaluator:
         model.eval()
         try:
             if work.test:
-                counts.append(int(self._correct(model, data.test_x, data.test_y, batch_size).sum()))
+                counts.append(int(self._correct(model, data.test_x, data.test_y, batch_size, data.is_sequence).sum()))
             if work.val_clients:
                 idx = torch.cat([c.val_idx for c in work.val_clients]).to(data.train_x.device)
-                correct = self._correct(model, data.train_x[idx], data.train_y[idx], batch_size)
+                correct = self._correct(model, data.train_x[idx], data.train_y[idx], batch_size, data.is_sequence)
                 counts += split_counts(correct.cpu().numpy(), [len(c.val_idx) for c in work.val_clients])
         finally:
             model.train(was_training)
@@ -181,9 +187,9 @@ class Evaluator:
 
     def _store(self, key: WeightsKey, work: _Pass, counts: list[int], fed: Federation) -> None:
         if work.test:
-            self._test[key] = _accuracy(counts[0], len(fed.data.test_y))
+            self._test[key] = _accuracy(counts[0], _test_total(fed))
         for client, count in zip(work.val_clients, counts[int(work.test) :]):
-            self._val.setdefault(client.id, {})[key] = _accuracy(count, len(client.val_idx))
+            self._val.setdefault(client.id, {})[key] = _accuracy(count, _val_total(client, fed))
         self.evaluated += 1
 
     def _run_all(self, passes: dict[WeightsKey, _Pass], fed: Federation) -> None:
@@ -240,6 +246,7 @@ class Evaluator:
                         (fed.data.train_x, fed.data.train_y),
                         self._batch_size(fed),
                         self.autocast,
+                        fed.data.is_sequence,
                     )
                     out.update(zip(members, rows))
         finally:
@@ -258,8 +265,8 @@ class Evaluator:
             was_training = model.training
             model.eval()
             try:
-                correct = self._correct(model, fed.data.test_x, fed.data.test_y, batch_size)
-                cached = (now, _accuracy(int(correct.sum()), len(correct)))
+                correct = self._correct(model, fed.data.test_x, fed.data.test_y, batch_size, fed.data.is_sequence)
+                cached = (now, _accuracy(int(correct.sum()), _test_total(fed)))
             finally:
                 model.train(was_training)
             self._server[name] = cached
@@ -301,6 +308,19 @@ class Evaluator:
 def _pass_cost(work: _Pass, fed: Federation) -> float:
     samples = (len(fed.data.test_y) if work.test else 0) + sum(len(c.val_idx) for c in work.val_clients)
     return float(samples * sum(p.numel() for p in work.model.parameters()))
+
+
+def _test_total(fed: Federation) -> int:
+    """The predictions that count on the global test set: its samples, or its counted tokens."""
+    return int(counted_totals(fed.data.test_y, fed.data.is_sequence).sum())
+
+
+def _val_total(client: Client, fed: Federation) -> int:
+    """The predictions that count on ``client``'s validation split: its samples, or their counted tokens."""
+    if not fed.data.is_sequence:
+        return len(client.val_idx)
+    y = fed.data.train_y[client.val_idx.to(fed.data.train_y.device)]
+    return int(counted_totals(y, True).sum())
 
 
 def _accuracy(correct: int, total: int) -> float:

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from lit_fl.data.tokens import correct_counts
 from lit_fl.steps.fusion import FusedModels
 
 
@@ -28,13 +29,15 @@ def fused_counts(
     train: tuple[Tensor, Tensor],
     batch_size: int,
     autocast: Callable[[], AbstractContextManager],
+    sequence: bool = False,
 ) -> list[list[int]]:
     """Per model: its correct count on ``test`` (when given), then on each of its validation index sets into
-    ``train`` (``val_indices[g]``: one set per client that holds model g). Models must be in eval mode."""
+    ``train`` (``val_indices[g]``: one set per client that holds model g). Models must be in eval mode. With
+    ``sequence`` the counts are of correct counted tokens (:func:`~lit_fl.data.tokens.correct_counts`)."""
     group = FusedModels(models).eval()
     with torch.inference_mode(), autocast():
-        test_counts = _test_counts(group, *test, batch_size) if test is not None else None
-        val_correct = _val_correct(group, val_indices, *train, batch_size)
+        test_counts = _test_counts(group, *test, batch_size, sequence) if test is not None else None
+        val_correct = _val_correct(group, val_indices, *train, batch_size, sequence)
     counts: list[list[int]] = []
     correct = val_correct.numpy()  # bookkeeping on the host: one transfer, no kernel per client
     for g, sets in enumerate(val_indices):
@@ -50,22 +53,22 @@ def split_counts(correct: np.ndarray, sizes: Sequence[int]) -> list[int]:
     return [int(correct[a:b].sum()) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
-def _test_counts(group: FusedModels, x: Tensor, y: Tensor, batch_size: int) -> list[int]:
+def _test_counts(group: FusedModels, x: Tensor, y: Tensor, batch_size: int, sequence: bool) -> list[int]:
     correct = torch.zeros(len(group.params[0]), dtype=torch.int64, device=y.device)
     for i in range(0, len(y), batch_size):
-        correct += (group(x[i : i + batch_size]).argmax(2) == y[i : i + batch_size]).sum(1)
+        correct += correct_counts(group(x[i : i + batch_size]), y[i : i + batch_size], sequence).sum(1)
     return correct.tolist()
 
 
 def _val_correct(group: FusedModels, val_indices: Sequence[Sequence[Tensor]], x: Tensor, y: Tensor,
-                 batch_size: int) -> Tensor:
-    """``[G, L]`` bool on the CPU: whether model g is right on its i-th validation sample (padding after)."""
+                 batch_size: int, sequence: bool) -> Tensor:
+    """``[G, L]`` on the CPU: model g's correct predictions on its i-th validation sample (padding after)."""
     per_model = [torch.cat(list(sets)) if sets else torch.zeros(0, dtype=torch.long) for sets in val_indices]
     longest = max(len(i) for i in per_model)
     if longest == 0:
-        return torch.zeros(len(per_model), 0, dtype=torch.bool)
+        return torch.zeros(len(per_model), 0, dtype=torch.long)
     index = torch.stack([torch.cat([i, i[:1].expand(longest - len(i))]) if len(i) else torch.zeros(longest,
                          dtype=torch.long) for i in per_model]).to(x.device)
-    parts = [group(x[index[:, s : s + batch_size]], per_model=True).argmax(2) == y[index[:, s : s + batch_size]]
-             for s in range(0, longest, batch_size)]
+    parts = [correct_counts(group(x[index[:, s : s + batch_size]], per_model=True), y[index[:, s : s + batch_size]],
+                            sequence) for s in range(0, longest, batch_size)]
     return torch.cat(parts, dim=1).cpu()

@@ -155,3 +155,47 @@ def _mobilenet_v2_from_name(arch: str, input_shape: tuple[int, int, int], num_cl
     from lit_fl.models.cifar_stems import mobilenet_v2
 
     return mobilenet_v2(input_shape, num_classes)
+
+#: language models of token sequences (:mod:`lit_fl.models.lstm`): a sequence dataset needs one of them
+SEQUENCE_MODEL = re.compile(r"codist_lstm_(small|large)|char_lstm((_[1-9][0-9]*){3})?|lstm(_[1-9][0-9]*){3}")
+
+
+def is_sequence_model(arch: str) -> bool:
+    """Whether ``arch`` is one of lit-fl's language models (token ids in, next-token logits out)."""
+    return SEQUENCE_MODEL.fullmatch(arch) is not None
+
+
+def check_model_for_data(arch: str, key: str, sequence: bool, dataset: str) -> None:
+    """Refuse in one line an image model for token sequences or a language model for images (a user's own
+    ``module:factory`` is taken as given)."""
+    from lit_fl.user_code import is_user_spec
+
+    if is_user_spec(arch) or is_sequence_model(arch) == sequence:
+        return
+    if sequence:
+        raise ConfigError(f"{key}: {arch} is an image model and {dataset} holds token sequences; allowed: a language "
+                          "model (codist_lstm_small, codist_lstm_large, lstm_<embed>_<hidden>_<layers>, char_lstm)")
+    raise ConfigError(f"{key}: {arch} is a language model and {dataset} holds images; allowed: an image model")
+
+
+@register_model_family(r"lstm(_[1-9][0-9]*){3}", "lstm_<embed>_<hidden>_<layers> (e.g. lstm_96_670_1)")
+def _word_lstm_from_name(arch: str, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    from lit_fl.models.lstm import word_lstm
+
+    return word_lstm(arch, *name_widths(arch), input_shape, num_classes)
+
+
+@register_model("codist_lstm_small", "codist_lstm_large")
+def _codist_lstm_from_name(arch: str, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    from lit_fl.models.lstm import CODIST_LSTMS, word_lstm
+
+    return word_lstm(arch, *CODIST_LSTMS[arch], input_shape, num_classes)
+
+
+@register_model("char_lstm")
+@register_model_family(r"char_lstm(_[1-9][0-9]*){3}", "char_lstm_<embed>_<hidden>_<layers> (e.g. char_lstm_8_256_2)")
+def _char_lstm_from_name(arch: str, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    from lit_fl.models.lstm import CHAR_LSTM, char_lstm
+
+    widths = [int(c) for c in arch.removeprefix("char_lstm").split("_") if c]
+    return char_lstm(arch, *(widths or CHAR_LSTM), input_shape, num_classes)

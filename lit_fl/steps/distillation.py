@@ -13,6 +13,9 @@ two models (the paper) the teacher of each is simply the other. Both students ar
 (default hyper-parameters, paper C.4) with a parameter group per student: ``L_i`` depends on student ``i``
 alone and Adam is per parameter, so this equals one Adam per student, in parallel on the same batches
 (paper Algorithms 1 and 2, "in parallel, distill").
+
+On token sequences (:mod:`lit_fl.data.tokens`) every position whose input is not PAD is one distillation sample:
+the unlabeled text says where it ends by its padding, not by targets.
 """
 
 from __future__ import annotations
@@ -23,6 +26,16 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+
+def distilled_rows(logits: Tensor, x: Tensor) -> Tensor:
+    """The logits that distillation compares: ``[B, C]`` of images unchanged; of token sequences ``x`` ``[B, T]``
+    the ``[M, V]`` rows of the positions whose input token is not PAD."""
+    from lit_fl.data.tokens import PAD, is_token_batch
+
+    if not is_token_batch(x):
+        return logits
+    return logits.reshape(-1, logits.shape[-1])[x.reshape(-1) != PAD]
 
 
 def regularised_target(teacher_logits: Tensor, start_logits: Tensor, temperature: float, student_reg: float) -> Tensor:
@@ -78,7 +91,7 @@ class ServerCodistillation(L.LightningModule):
         """The regularised target of every student on ``x``: the mean over its teachers ``q`` of
         :func:`regularised_target` ``(S_q(x), S_i(x))`` (with two models: the other one's)."""
         with torch.no_grad():
-            start = [s(x) for s in self.snapshots]
+            start = [distilled_rows(s(x), x) for s in self.snapshots]
             return [
                 torch.stack(
                     [
@@ -93,7 +106,7 @@ class ServerCodistillation(L.LightningModule):
     def training_step(self, batch: Tensor | tuple[Tensor, ...], batch_idx: int) -> Tensor:
         x = batch[0] if isinstance(batch, (tuple, list)) else batch
         targets = self.targets(x)
-        total = sum(distillation_loss(student(x), t) for student, t in zip(self.students, targets))
+        total = sum(distillation_loss(distilled_rows(student(x), x), t) for student, t in zip(self.students, targets))
         self.loss_sum = self.loss_sum.to(total.device) + total.detach()
         self.num_batches += 1
         return total

@@ -109,7 +109,7 @@ class PeerLearningStep(L.LightningModule):
         assert self.local is not None and self._all_reduce is not None
         own, rows = self._own_logits(x)
         reference = next(iter(own.values()), None)
-        shared = x.new_zeros((len(self.models), len(y), self.num_outputs(own)), dtype=torch.float32)
+        shared = x.new_zeros((len(self.models), *y.shape, self.num_outputs(own)), dtype=torch.float32)
         for index, z in rows:
             shared.index_copy_(0, index, z.detach().float())
         self._all_reduce(shared)
@@ -146,7 +146,7 @@ class PeerLearningStep(L.LightningModule):
     def num_outputs(self, own: dict[int, Tensor]) -> int:
         """Classes of the logits (a local model's output width, else the length of the class proportions)."""
         if own:
-            return next(iter(own.values())).shape[1]
+            return next(iter(own.values())).shape[-1]
         return self.class_proportions.numel()
 
     def gather_losses(self, all_reduce: Callable[[Tensor], Tensor]) -> None:

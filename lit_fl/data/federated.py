@@ -1,0 +1,89 @@
+"""A federated dataset's splits read from its TFF/FedJAX SQLite files (:mod:`lit_fl.data.fedjax_sqlite`) into one
+:class:`~lit_fl.data.dataset.ImageDataset` whose ``clients`` are the file's clients (``data.partition: natural``).
+
+A loader names its files, the features it needs and how one client's examples become ``(x, y)`` arrays (FedJAX's
+``preprocess_client``/``preprocess_batch`` of the dataset); this module finds the files under ``data.root``, draws the
+clients to read (:func:`~lit_fl.data.natural.select_clients`: a large file is read only for the drawn clients), and
+concatenates the clients' arrays, each client holding a contiguous range of the train tensors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from lit_fl.data.fedjax_sqlite import Examples, FederatedSQLite, require_features
+from lit_fl.data.natural import NATURAL_STREAM, select_clients
+from lit_fl.errors import ConfigError, DatasetNotFoundError
+
+#: where FedJAX publishes its files (``fedjax/datasets/*.py``)
+FEDJAX_URL = "https://storage.googleapis.com/gresearch/fedjax"
+
+#: one client's examples -> ``(x, y)`` arrays with one row per sample
+Preprocess = Callable[[str, Examples], tuple[np.ndarray, np.ndarray]]
+
+
+@dataclass
+class FederatedSplit:
+    """One split's samples: ``x``, ``y`` and each client's rows (``clients[k]``, client id ``ids[k]``)."""
+
+    x: np.ndarray
+    y: np.ndarray
+    clients: tuple[np.ndarray, ...]
+    ids: tuple[str, ...]
+
+
+def locate(root: Path, filename: str, url: str) -> Path:
+    """``root/filename``, or one :class:`DatasetNotFoundError` line saying where to get it."""
+    path = Path(root) / filename
+    if not path.is_file():
+        raise DatasetNotFoundError(f"data.root: {path} not found; expected the FedJAX file {filename} there "
+                                   f"(get it from {url})")
+    return path
+
+
+def read_split(path: Path, features: Sequence[str], preprocess: Preprocess, num_clients: int | None = None,
+               seed: int = 0) -> FederatedSplit:
+    """Every client of ``path`` (``num_clients=None``) or ``num_clients`` of them drawn by ``seed``, in file order."""
+    xs, ys, ids = [], [], []
+    with FederatedSQLite(path) as db:
+        rows = None
+        if num_clients is not None:
+            every = db.rows()
+            rows = [every[i] for i in select_clients(len(every), num_clients, seed, str(path))]
+        for cid, examples in db.clients(rows):
+            require_features(path, cid, examples, features)
+            x, y = preprocess(cid, examples)
+            xs.append(x)
+            ys.append(y)
+            ids.append(cid)
+    if not xs:
+        raise ConfigError(f"{path}: the table federated_data has no client; expected at least one")
+    bounds = np.cumsum([0, *(len(x) for x in xs)])
+    clients = tuple(np.arange(a, b) for a, b in zip(bounds[:-1], bounds[1:]))
+    return FederatedSplit(np.concatenate(xs), np.concatenate(ys), clients, tuple(ids))
+
+
+def sample_rows(split: FederatedSplit, size: int | None, seed: int, key: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(x, y)`` of ``size`` samples drawn without replacement by ``seed`` (all of them for None), in order; the
+    codistillation paper evaluates on 100,000 of StackOverflow's ~16M test examples (sec. 3, Table 3)."""
+    if size is None:
+        return split.x, split.y
+    if not 1 <= size <= len(split.x):
+        raise ConfigError(f"data.options.{key}: {size} samples asked, the split has {len(split.x)}; allowed: "
+                          f"1..{len(split.x)} (or null for all)")
+    rng = np.random.default_rng([seed, NATURAL_STREAM, 1])
+    keep = np.sort(rng.choice(len(split.x), size=size, replace=False))
+    return split.x[keep], split.y[keep]
+
+
+def check_features(path: Path, client: str, examples: Examples, shapes: dict[str, tuple[int, ...]]) -> None:
+    """Refuse in one line a client whose feature arrays do not have the trailing shapes the dataset has."""
+    for name, shape in shapes.items():
+        got = tuple(np.shape(examples[name])[1:])
+        if got != shape:
+            raise ConfigError(f"{path}: client {client!r} has {name} of shape (N, {', '.join(map(str, got))}); "
+                              f"expected (N, {', '.join(map(str, shape))})")
