@@ -69,7 +69,9 @@ class MetricsModel:
         return (kept + lines[self.cut][: max(1, len(lines[self.cut]) // 2)]).encode()
 
     def complete_rows(self) -> list[list[str]]:
-        """The rows a reader sees: every line of a cut file before the cut."""
+        """The rows a reader sees: every line of a cut file before the cut (none of an empty file)."""
+        if self.raw is not None:
+            return []
         if self.cut is None:
             return self.cells
         return self.cells[: max(0, self.cut - 1)]
@@ -77,7 +79,7 @@ class MetricsModel:
     def problem(self) -> str | None:
         """Why the file is damaged by the rules of ``metrics.csv`` (None: it is valid)."""
         if self.raw is not None:
-            return "not UTF-8"
+            return None if self.raw == b"" else "not UTF-8"
         if self.cut == 0:
             return None  # only a torn header: an empty file, no row yet
         header = self.header
@@ -122,14 +124,15 @@ def metrics_models(draw: st.DrawFn) -> MetricsModel:
     return MetricsModel(list(COLUMNS), cells)
 
 
-CELL_DAMAGE = st.sampled_from(["abc", "", "inf", "-inf", "nan", "NaN", "5", "-0.5", "1e309", "0x10", " 0.5", "1_0"])
+CELL_DAMAGE = st.sampled_from(["5", "-0.5", "inf", "abc", "", "-inf", "nan", "NaN", "1.5", "1e309", "0x10", " 0.5",
+                               "1_0", "0.5.1"])
 
 
 @st.composite
 def damaged_metrics(draw: st.DrawFn, model: MetricsModel) -> tuple[str, MetricsModel]:
     """One generated edit of ``model``: its name and the damaged model."""
-    kind = draw(st.sampled_from(["drop-column", "rename-column", "cell", "short-row", "cut", "not-utf8",
-                                 "repeat-column", "empty", "repeat-row", "long-row"]))
+    kind = draw(st.sampled_from(["cell", "drop-column", "cell", "rename-column", "cell", "short-row", "cut",
+                                 "not-utf8", "repeat-column", "empty", "repeat-row", "long-row"]))  # a cell: most ways
     header, cells = list(model.header), [list(row) for row in model.cells]
     if kind in ("drop-column", "rename-column", "repeat-column"):
         i = draw(st.integers(0, len(header) - 1))

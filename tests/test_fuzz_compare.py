@@ -13,8 +13,19 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 from conftest import run_cli, snapshot
-from fuzz_inputs import CONFIG_DAMAGE, MetricsModel, RunModel, budget, check_refusal_or_success, damaged_runs, run_sets
+from fuzz_inputs import (
+    CONFIG_DAMAGE,
+    MetricsModel,
+    RunModel,
+    budget,
+    check_refusal_or_success,
+    damaged_metrics,
+    damaged_runs,
+    metrics_models,
+    run_sets,
+)
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -122,6 +133,7 @@ def _run(name: str, seed: int, header: list[str], cells: list[list[str]], status
 FULL = ["round", "global_acc", "local_acc", "comm_mb", "train_loss"]
 
 
+@pytest.mark.slow  # the command end to end, dozens of times: tens of seconds on 2 cores
 @budget(25)
 @given(scenarios())
 @example(([_run("run0", 0, FULL, [["1", "0.5", "0.4", "0.25", "1.2"]], "completed"),
@@ -131,3 +143,39 @@ def test_compare_shows_the_reference_numbers_or_refuses_naming_the_damaged_file(
     scenario: tuple[list[RunModel], str, int],
 ) -> None:
     check_compare(*scenario)
+
+
+# -- the metrics.csv reader alone: many examples, each a few milliseconds --------------------------------------------
+
+
+@st.composite
+def metrics_files(draw: st.DrawFn) -> tuple[str, MetricsModel]:
+    model = draw(metrics_models())
+    return draw(st.one_of(st.just(("none", model)), damaged_metrics(model)))
+
+
+@budget(300)
+@given(metrics_files())
+@example(("cell", MetricsModel(FULL, [["1", "5", "0.4", "0.25", "1.2"]])))  # an accuracy of 500%
+@example(("cell", MetricsModel(FULL, [["nan", "0.5", "0.4", "0.25", "1.2"]])))  # was a StopIteration traceback
+@example(("cell", MetricsModel(FULL, [["inf", "0.5", "0.4", "0.25", "1.2"]])))  # was an OverflowError traceback
+def test_the_metrics_reader_returns_the_cells_or_names_the_file_and_line(case: tuple[str, MetricsModel]) -> None:
+    from lit_fl.errors import ConfigError
+    from lit_fl.tracking import read_metrics
+
+    _, model = case
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "metrics.csv"
+        path.write_bytes(model.text())
+        problem = model.problem()
+        try:
+            rows = read_metrics(path)
+        except ConfigError as err:
+            assert problem is not None, (str(err), model)
+            assert str(err).startswith(f"{path}: damaged") and "\n" not in str(err), str(err)
+            return
+        assert problem is None, (problem, rows)
+        expected = [[float(cell) for cell in row] for row in model.complete_rows()]
+        got = [[row[column] for column in model.header] for row in rows]
+        assert [[c if c == c else "nan" for c in row] for row in got] == \
+            [[c if c == c else "nan" for c in row] for row in expected]

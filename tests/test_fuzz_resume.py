@@ -73,6 +73,7 @@ EDITS = st.one_of(st.tuples(st.sampled_from(KEYS), st.one_of(VALUES, st.just("<r
                   st.tuples(st.sampled_from(sorted(TEXT_EDITS)), st.none()), st.just(("none", None)))
 
 
+@pytest.mark.slow  # the command end to end, dozens of times: tens of seconds on 2 cores
 @budget(8)
 @given(EDITS, st.sampled_from([1, 2, 3]))
 @example(("none", None), 1)  # was "completed: 2/1 rounds"
@@ -103,6 +104,7 @@ def test_resume_continues_to_the_uninterrupted_metrics_or_refuses(runs: Path, ed
             assert [r["comm_mb"] for r in resumed] == [r["comm_mb"] for r in reference]
 
 
+@pytest.mark.slow  # the command end to end, dozens of times: tens of seconds on 2 cores
 @budget(8)
 @given(EDITS)
 @example(("none", None))

@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from conftest import run_cli, snapshot, tiny_config, write_config
 from fuzz_inputs import budget, check_refusal_or_success
@@ -124,11 +125,14 @@ def _merge(base: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+@pytest.mark.slow  # the command end to end, dozens of times: tens of seconds on 2 cores
 @budget(25)
 @given(sweep_files(), st.sampled_from(["none", *SWEEP_DAMAGE, *(f"text:{k}" for k in TEXT_DAMAGE),
                                         *(f"paper:{k}" for k in PAPER_DAMAGE), "paper:valid"]))
 @example({"program": "lit-fl", "name": "fz", "method": "grid", "parameters": {"seed": {"values": [0, 0, 1]}}},
          "none")  # a repeated value is one run: the size said first is the number of runs listed
+@example({"program": "lit-fl", "name": "fz", "method": "grid", "parameters": {"seed": {"values": [0]}}},
+         "rounds-zero")  # found by the fuzz profile: listed --rounds=0 (only parsed, never checked as fit checks it)
 @example({"program": "lit-fl", "name": "fz", "method": "grid", "parameters": {"seed": {"values": [0]}}},
          "values-not-a-list")  # reported as "top level: ... not valid under any of the given schemas", without the key
 def test_a_dry_run_lists_the_reference_runs_or_refuses_naming_the_file(sweep: dict[str, Any], damage: str) -> None:

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from lit_fl.errors import ConfigError
+from lit_fl.errors import ConfigError, DatasetNotFoundError
 from lit_fl.suite.controlled import check_controlled
 from lit_fl.suite.engine import agent_args, iter_expand
 from lit_fl.suite.manifest import Manifest, SweepRun
@@ -50,22 +50,24 @@ def check_commands(manifest: Manifest) -> None:
 
 
 def checked_runs(runs: Iterable[SweepRun], file: str) -> Iterator[SweepRun]:
-    """Each run once its command line parses as ``lit-fl fit`` would parse it; the first bad one is a
+    """Each run once its command line passes ``lit-fl fit``'s checks (those that need no data); the first bad one is a
     :class:`ConfigError` naming the sweep ``file``, the run and the key. Linear in the runs: a run is parsed only
     when it brings a parameter value not yet checked in its context (its config files and class paths, which decide
     what the other keys may be), so a grid of 10^5 runs parses about as many command lines as it has distinct
     values."""
     from lit_fl.algorithms.registry import algorithm_class_paths
     from lit_fl.cli_errors import one_line
-    from lit_fl.commands.fit import config_keys, fit_parser, resolve_config_files
+    from lit_fl.commands.fit import config_keys, fit_parser, prepare, resolve_config_files
 
     parser = fit_parser()
     checked: set[tuple[Any, str, str]] = set()
     for run in runs:
         signature = _check_signature(run.params)
         if not signature <= checked:
-            try:
-                parser.parse_args(resolve_config_files(run.command[2:]))
+            try:  # every check of lit-fl fit that needs no data: what a run would refuse, the plan refuses
+                prepare(parser.parse_args(resolve_config_files(run.command[2:])), parser)
+            except DatasetNotFoundError:  # planned on a machine without the data (a login node): each run checks it
+                pass
             except ConfigError as err:
                 raise ConfigError(f"sweep {file}: run {run.name}: {err}") from None
             except Exception as err:  # jsonargparse reports bad keys and values as exceptions of its own
