@@ -3,7 +3,7 @@ PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-fast mutate lint bench reproduce clean
+.PHONY: install demo test test-fast fuzz mutate lint bench reproduce clean
 
 install:  ## install lit-fl and its test tools (pulls torch with its CUDA build from PyPI)
 	$(PIP) install -e ".[dev]"
@@ -17,6 +17,10 @@ test:  ## the whole suite (a few end-to-end tests are marked slow; all run here)
 
 test-fast:  ## everything but the slow end-to-end tests
 	WANDB_MODE=offline WANDB_SILENT=true $(PYTHON) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+fuzz:  ## the property-based tests (tests/test_fuzz_*.py) with random examples, 100 times as many as in make test
+	LIT_FL_HYPOTHESIS=fuzz WANDB_MODE=offline WANDB_SILENT=true $(PYTHON) -m pytest -q tests/test_fuzz_compare.py \
+		tests/test_fuzz_sweep.py tests/test_fuzz_resume.py --hypothesis-show-statistics $(PYTEST_ARGS)
 
 mutate:  ## break the science on purpose, one semantic mutation at a time (tests/mutation/mutations.yaml): every mutant must fail a fast test
 	$(PYTHON) tests/mutation/run.py $(MUTATIONS)

@@ -178,6 +178,7 @@ class Experiment:
         if resume and ckpt_path.is_file():
             extra = load_checkpoint(ckpt_path, federation, self.algorithm, ledger, identity)
             check_rows_up_to(run, federation.round, self.eval_every)
+            check_rounds_left(run, federation.round, self.rounds)
         if rounds_note:
             print(rounds_note, file=sys.stderr)
         run_path.mkdir(parents=True, exist_ok=True)
@@ -261,6 +262,7 @@ class Experiment:
         if resume and ckpt_path.is_file():
             load_checkpoint(ckpt_path, federation, self.algorithm, ledger, RunIdentity.of(config))
             check_rows_up_to(RunDir(run_path), federation.round, self.eval_every)
+            check_rounds_left(RunDir(run_path), federation.round, self.rounds)
         evaluator = Evaluator(autocast=runner.autocast, placement=runner.placement, fuse=runner.fuse)
         loop = RoundLoop(federation, self.algorithm, runner, evaluator, ledger, self.rounds, self.eval_every)
         outcome = loop.run()
@@ -343,6 +345,14 @@ def check_rows_up_to(run: RunDir, round_: int, eval_every: int) -> None:
         shown = ", ".join(map(str, missing[:5])) + (" ..." if len(missing) > 5 else "")
         raise ConfigError(f"--resume: {run.checkpoint} is at round {round_} but {run.metrics} has no row for round "
                           f"{shown}: the checkpoint is not this run's; put back its own or start a new run")
+
+
+def check_rounds_left(run: RunDir, round_: int, rounds: int) -> None:
+    """``--rounds`` below the rounds a resumed run has done would make an impossible run (``2/1 rounds``): refused in
+    one line, before anything is written."""
+    if rounds < round_:
+        raise ConfigError(f"--rounds: {run.path} has done {round_} rounds, so --rounds must be at least {round_} "
+                          f"(got {rounds}); its results up to round {rounds} are in {run.metrics}")
 
 
 def check_resume_config(run_path: Path, config: dict[str, Any]) -> str | None:

@@ -20,6 +20,8 @@ from lit_fl.errors import ConfigError
 LOCK = ".lock"
 #: the names a run writes first, before its first checkpoint (a folder holding only these started here)
 FIRST_WRITES = frozenset({"config.yaml", "checkpoints", "metrics.csv", "wandb", LOCK})
+#: what ``summary.json`` says of a run that ended (a run still going, or killed, has none)
+STATUSES = ("completed", "interrupted", "failed")
 
 
 @dataclass(frozen=True)
@@ -90,17 +92,35 @@ class RunDir:
         return config
 
     def read_summary(self) -> dict[str, Any] | None:
-        """The summary, or None when it is missing or unreadable."""
+        """The summary, None when there is none (the run is still running, or was killed); a damaged one (not JSON,
+        not a mapping, a status that is none of :data:`STATUSES`) is a :class:`ConfigError` naming it."""
         try:
-            summary = json.loads(self.summary.read_text())
-        except (OSError, ValueError):
+            text = self.summary.read_text()
+        except FileNotFoundError:
             return None
-        return summary if isinstance(summary, dict) else None
+        except (OSError, UnicodeDecodeError) as err:
+            raise ConfigError(f"{self.summary}: damaged: cannot be read as text ({type(err).__name__})") from None
+        try:
+            summary = json.loads(text)
+        except ValueError as err:
+            raise ConfigError(f"{self.summary}: damaged: not JSON ({str(err).splitlines()[0][:80]})") from None
+        if not isinstance(summary, dict):
+            raise ConfigError(f"{self.summary}: damaged: expected a mapping, got {type(summary).__name__}")
+        if summary.get("status") not in STATUSES:
+            raise ConfigError(f"{self.summary}: damaged: status must be one of {', '.join(STATUSES)}, got "
+                              f"{summary.get('status')!r}")
+        return summary
 
     def status(self) -> str | None:
-        """The summary's status (completed, interrupted, failed), None without a readable summary."""
+        """The summary's status (one of :data:`STATUSES`), None without a summary."""
         summary = self.read_summary()
-        return summary.get("status") if summary is not None else None
+        return summary["status"] if summary is not None else None
+
+
+def printable(path: str | Path) -> str:
+    """``path`` as text that any terminal and UTF-8 file takes: a name that is not valid UTF-8 (bytes copied from
+    another machine's file system, which Python holds as surrogates) shows its bytes as ``\\xff`` escapes."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 @contextmanager

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -13,12 +14,23 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, settings
 
 TESTS_DIR = Path(__file__).parent
 if str(TESTS_DIR) not in sys.path:  # for ``from wandb_records import read_run``
     sys.path.insert(0, str(TESTS_DIR))
 
 TINY_POOL = ["cnn_4_8", "cnn_8"]
+
+# Hypothesis (the property-based tests, test_fuzz_*.py): ``fast`` in ``make test`` (derandomized: the same examples
+# every run, a few dozen per test, no example database), ``fuzz`` for ``make fuzz`` (LIT_FL_HYPOTHESIS=fuzz: random
+# examples, 100 times as many; fuzz_inputs.budget scales each test's count).
+_QUIET = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture]
+settings.register_profile("fast", derandomize=True, database=None, deadline=None, max_examples=25,
+                          suppress_health_check=_QUIET, print_blob=True)
+settings.register_profile("fuzz", derandomize=False, deadline=None, max_examples=2500, suppress_health_check=_QUIET,
+                          print_blob=True)
+settings.load_profile(os.environ.get("LIT_FL_HYPOTHESIS", "fast"))
 
 
 @pytest.fixture

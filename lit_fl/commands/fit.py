@@ -148,10 +148,13 @@ def resolve_config_files(argv: Sequence[str]) -> list[str]:
 
 
 def _checked(path: Any, key: str) -> Any:
-    """A config file that jsonargparse will read, checked first for what it would take silently: a repeated key."""
+    """A config file that jsonargparse will read, checked first for what it would take silently (a repeated key) or
+    report without the file's name (a ``--config`` that is not a mapping)."""
     from lit_fl.strict_yaml import load_yaml
 
-    load_yaml(path, f"{key} {path}")
+    config = load_yaml(path, f"{key} {path}")
+    if key == "--config" and config is not None and not isinstance(config, dict):
+        raise ConfigError(f"{key} {path}: expected a mapping of config keys, got {type(config).__name__}")
     return path
 
 
@@ -170,10 +173,7 @@ def with_run_config(argv: list[str]) -> list[str]:
     run = _option_value(argv, "--resume")
     if not run or not RunDir(Path(run)).config.is_file():
         return argv
-    try:
-        stored = RunDir(Path(run)).read_config()
-    except (OSError, ConfigError):
-        return argv  # a damaged config.yaml: the run's own checks say so in one line
+    stored = RunDir(Path(run)).read_config()  # a damaged config.yaml: one ConfigError line naming it
     stored.pop("trainer", None)
     return ["--config", yaml.safe_dump(stored, sort_keys=False), *argv]
 

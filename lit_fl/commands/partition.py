@@ -13,16 +13,11 @@ from pathlib import Path
 
 
 def main(argv: Sequence[str]) -> int:
-    argv = list(argv)
-    out = Path("partition")
-    if "--out" in argv:
-        i = argv.index("--out")
-        out = Path(argv[i + 1]) if i + 1 < len(argv) else out
-        del argv[i : i + 2]
-    out_args = [a for a in argv if a.startswith("--out=")]
-    if out_args:
-        out = Path(out_args[-1].split("=", 1)[1])
-        argv = [a for a in argv if not a.startswith("--out=")]
+    try:
+        out, argv = _out_option(list(argv))
+    except ValueError as err:
+        print(f"lit-fl: error: {err}", file=sys.stderr)
+        return 2
     if "-h" in argv or "--help" in argv:
         print(__doc__.replace("``", "").strip())
         print("\nOptions: --out DIR (default ./partition) and every key of lit-fl fit (lit-fl fit --help).")
@@ -41,6 +36,25 @@ def main(argv: Sequence[str]) -> int:
     except (ArgumentError, ValueError, TypeError) as err:
         print(f"lit-fl: error: {one_line(err, config_keys(), algorithm_class_paths())}", file=sys.stderr)
         return 2
+
+
+def _out_option(argv: list[str]) -> tuple[Path, list[str]]:
+    """``--out DIR`` or ``--out=DIR`` (the last one given; default ./partition) and the other arguments; ``--out``
+    without a folder after it is refused (a ValueError), never taken as the default."""
+    out, rest, i = Path("partition"), [], 0
+    while i < len(argv):
+        if argv[i] == "--out":
+            if i + 1 == len(argv) or argv[i + 1].startswith("--") or not argv[i + 1]:
+                raise ValueError("--out needs a folder after it, e.g. --out partition/")
+            out, i = Path(argv[i + 1]), i + 2
+        elif argv[i].startswith("--out="):
+            if not argv[i].split("=", 1)[1]:
+                raise ValueError("--out needs a folder after it, e.g. --out=partition/")
+            out, i = Path(argv[i].split("=", 1)[1]), i + 1
+        else:
+            rest.append(argv[i])
+            i += 1
+    return out, rest
 
 
 def partition(data, seed: int, out: Path) -> int:  # noqa: ANN001

@@ -46,7 +46,6 @@ def main(argv: Sequence[str]) -> int:
 
 def sweep(args: argparse.Namespace, rest: list[str]) -> int:
     from lit_fl.constraints import PositiveInt, bounds_of
-    from lit_fl.suite.engine import grid_size
     from lit_fl.suite.manifest import Manifest, is_sweep_dir
     from lit_fl.suite.plan import check_commands, check_paper, normalise_overrides, plan_sweep
     from lit_fl.suite.sweep_file import load_sweep_file
@@ -61,22 +60,12 @@ def sweep(args: argparse.Namespace, rest: list[str]) -> int:
         return run_wandb_agent(sweep_file.config, overrides, args.project, args.entity, args.count)
     sweep_dir = Path(args.run_dir) / "sweeps" / sweep_file.name
     if args.dry_run:
-        size = grid_size(sweep_file)
-        size = min(size, args.count) if size is not None and args.count else (size or args.count)
-        if size:  # said at once: a large grid takes seconds to plan
-            print(f"planning {size:,} runs of {sweep_file.name} ({sweep_file.method}) ...", file=sys.stderr,
-                  flush=True)
+        return dry_run(sweep_file, sweep_dir, overrides, args.count, args.seed)
     manifest = plan_sweep(sweep_file, sweep_dir, overrides, args.count, args.seed)
     check_commands(manifest)
     check_paper(sweep_file, manifest)
     if is_sweep_dir(sweep_dir):
         manifest = _continue(Manifest.load(sweep_dir), manifest, sweep_dir)
-    if args.dry_run:
-        write = sys.stdout.write
-        for run in manifest.runs:  # streamed, a line at a time
-            write(f"{run.name}: {' '.join(run.command)}\n")
-        print(f"{len(manifest.runs)} runs ({manifest.method}) -> {sweep_dir}")
-        return 0
     from lit_fl.run_dir import writer_lock
     from lit_fl.suite.runner import run_sweep
 
@@ -90,6 +79,41 @@ def sweep(args: argparse.Namespace, rest: list[str]) -> int:
     elif rc == 75:
         print(f"continue it: lit-fl sweep {args.sweep} {' '.join(rest)}".rstrip())
     return rc
+
+
+def dry_run(sweep_file, sweep_dir: Path, overrides: list[str], count: int | None, seed: int) -> int:  # noqa: ANN001
+    """``--dry-run``: the number of runs at once, then each run's command line as it is planned and checked (a grid
+    of 10^6 runs prints its first lines within seconds); the paper's numbers are checked against the runs at the
+    end. A sweep folder that exists already lists its saved runs, when they are the ones planned."""
+    from lit_fl.suite.engine import grid_size
+    from lit_fl.suite.manifest import Manifest, is_sweep_dir
+    from lit_fl.suite.plan import check_commands, check_paper, checked_runs, plan_sweep, planned_runs
+
+    size = grid_size(sweep_file)
+    size = min(size, count) if size is not None and count else (size or count)
+    if size:
+        print(f"planning {size:,} runs of {sweep_file.name} ({sweep_file.method}) ...", file=sys.stderr, flush=True)
+    if is_sweep_dir(sweep_dir):
+        manifest = plan_sweep(sweep_file, sweep_dir, overrides, count, seed)
+        check_commands(manifest)
+        check_paper(sweep_file, manifest)
+        runs = iter(_continue(Manifest.load(sweep_dir), manifest, sweep_dir).runs)
+    else:
+        runs = checked_runs(planned_runs(sweep_file, sweep_dir, overrides, count, seed), str(sweep_file.path))
+    kept: list = []  # the runs, kept only where paper numbers must be checked against them
+    keep = sweep_file.paper_path.is_file()
+    planned = 0
+    write = sys.stdout.write
+    for run in runs:  # streamed, a line at a time
+        write(f"{run.name}: {' '.join(run.command)}\n")
+        planned += 1
+        if keep:
+            kept.append(run)
+    if keep:
+        check_paper(sweep_file, Manifest(sweep_file.name, sweep_file.method, sweep_file.metric, str(sweep_file.path),
+                                         list(overrides), kept))
+    print(f"{planned} runs ({sweep_file.method}) -> {sweep_dir}")
+    return 0
 
 
 def _continue(saved, planned, sweep_dir: Path):  # noqa: ANN001, ANN202

@@ -6,9 +6,11 @@ arguments the agent builds for a run (W&B's own ``create_sweep_command_args``).
 from __future__ import annotations
 
 import functools
+import itertools
 import json
+import math
 import random
-import sys
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -18,7 +20,7 @@ from lit_fl.suite.schema import quiet as _quiet
 from lit_fl.suite.schema import sweep_config
 from lit_fl.suite.sweep_file import OFFLINE_METHODS, SweepFile
 
-__all__ = ["agent_args", "expand", "grid_size", "sweep_config"]
+__all__ = ["agent_args", "expand", "grid_size", "iter_expand", "sweep_config"]
 
 
 def expand(sweep: SweepFile, count: int | None = None, seed: int = 0) -> list[dict[str, Any]]:
@@ -27,6 +29,12 @@ def expand(sweep: SweepFile, count: int | None = None, seed: int = 0) -> list[di
     Grid: the full product (``count`` may cap it). Random: ``count`` runs, drawn with Python's and numpy's random
     states seeded by ``seed`` (and restored) so the expansion is reproducible offline. Bayes needs the W&B server.
     """
+    return list(iter_expand(sweep, count, seed))
+
+
+def iter_expand(sweep: SweepFile, count: int | None = None, seed: int = 0) -> Iterator[dict[str, Any]]:
+    """The runs of :func:`expand`, one at a time: a grid is walked lazily (its first runs come at once, whatever its
+    size); a random sweep draws its ``count`` runs first (the engine's draws share Python's global random state)."""
     if sweep.method not in OFFLINE_METHODS:
         raise ConfigError(
             f"sweep {sweep.path}: method {sweep.method!r} needs the W&B server (run it with --wandb); "
@@ -34,14 +42,26 @@ def expand(sweep: SweepFile, count: int | None = None, seed: int = 0) -> list[di
         )
     if sweep.method == "random" and not count:
         raise ConfigError(f"sweep {sweep.path}: method random draws without end; give the number of runs: --count N")
+    if sweep.method == "random":
+        yield from _random(sweep, count, seed)
+        return
+    params, discrete, values = _grid(sweep)
+    for combination in itertools.islice(itertools.product(*values), count):
+        for param, value in zip(discrete, combination):
+            param.value = value
+        yield {key: _plain(value["value"]) for key, value in params.to_config().items()}
+
+
+def _random(sweep: SweepFile, count: int, seed: int) -> list[dict[str, Any]]:
+    """``count`` runs of W&B's random search, drawn with Python's and numpy's random states seeded by ``seed``."""
     with _quiet():
         from sweeps import next_runs
 
         states = np.random.get_state(), random.getstate()
         np.random.seed(seed)  # the engine samples with Python's random (and numpy for some distributions)
         random.seed(seed)
-        try:  # all at once: the engine's grid skips the runs it is given, so one at a time would be quadratic
-            runs = [run for run in next_runs(sweep.config, [], n=count or sys.maxsize) if run is not None]
+        try:
+            runs = [run for run in next_runs(sweep.config, [], n=count) if run is not None]
         finally:
             np.random.set_state(states[0])
             random.setstate(states[1])
@@ -49,19 +69,44 @@ def expand(sweep: SweepFile, count: int | None = None, seed: int = 0) -> list[di
 
 
 def grid_size(sweep: SweepFile) -> int | None:
-    """The number of runs of a grid sweep (the product of its parameters' value counts), None for random."""
+    """The number of runs of a grid sweep (the product of its parameters' distinct value counts), None for
+    random."""
     if sweep.method != "grid":
         return None
-    size = 1
-    for spec in sweep.parameters.values():
-        spec = spec if isinstance(spec, dict) else {}
-        if "values" in spec:
-            size *= max(1, len(spec["values"]))
-        elif {"min", "max"} <= set(spec) and "q" in spec:
-            size *= max(1, len(np.arange(spec["min"], spec["max"], spec["q"])))
-        elif {"min", "max"} <= set(spec):
-            size *= max(1, int(spec["max"]) - int(spec["min"]) + 1)
-    return size
+    return math.prod(len(v) for v in _grid(sweep)[2])
+
+
+def _grid(sweep: SweepFile) -> tuple[Any, list[Any], list[list[Any]]]:
+    """W&B's grid (``sweeps.grid_search``) as a lazy product: the parameter set, its categorical parameters and
+    each one's distinct values (W&B's engine walks the product of all values and skips a combination it has seen,
+    by YAML hash: the product of the first occurrences, in the same order). int_uniform and q_uniform parameters
+    become their values, as in the engine; any other distribution is refused in one line."""
+    with _quiet():
+        from sweeps.grid_search import yaml_hash
+        from sweeps.params import HyperParameter, HyperParameterSet
+
+    params = HyperParameterSet.from_config(sweep.parameters)
+    for i, param in enumerate(params):
+        if param.type == HyperParameter.INT_UNIFORM:
+            values = list(range(param.config["min"], param.config["max"] + 1))
+        elif param.type == HyperParameter.Q_UNIFORM:
+            values = np.arange(param.config["min"], param.config["max"], param.config["q"]).tolist()
+        elif param.type in (HyperParameter.CATEGORICAL, HyperParameter.CONSTANT):
+            continue
+        else:
+            raise ConfigError(f"sweep {sweep.path}: parameters.{param.name}: a grid takes value, values, int_uniform "
+                              "or q_uniform parameters; another distribution needs method random")
+        params[i] = HyperParameter(param.name, {"distribution": "categorical", "values": values})
+    discrete = [p for p in params if p.type == HyperParameter.CATEGORICAL]
+    return params, discrete, [_distinct(p.config["values"], yaml_hash) for p in discrete]
+
+
+def _distinct(values: list[Any], key: Any) -> list[Any]:
+    """``values`` without repeats (by ``key``), each at its first place."""
+    first: dict[str, Any] = {}
+    for value in values:
+        first.setdefault(key(value), value)
+    return list(first.values())
 
 
 def agent_args(params: dict[str, Any]) -> list[str]:

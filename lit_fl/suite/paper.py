@@ -116,24 +116,37 @@ def load_paper(path: str | Path) -> Paper:
     if unknown:
         raise ConfigError(f"paper numbers {path}: unknown key {sorted(unknown, key=str)[0]!r}; "
                           "allowed: choices, claims, metric, rows, source")
-    rows = []
-    for i, row in enumerate(raw["rows"], start=1):
-        if not isinstance(row, dict) or not isinstance(row.get("match"), dict) or "value" not in row:
-            raise ConfigError(f"paper numbers {path}: row {i} needs match (a mapping) and value")
-        value = float(row["value"])
-        if not 0.0 <= value <= 1.0:
-            raise ConfigError(f"paper numbers {path}: row {i} value must be a fraction in [0, 1], got {value}")
-        unknown = set(row) - {"match", "value", "label", "metric"}
-        if unknown:
-            raise ConfigError(f"paper numbers {path}: row {i} has unknown key {sorted(unknown)[0]!r}; "
-                              "allowed: label, match, metric, value")
-        rows.append(PaperRow(dict(row["match"]), value, str(row.get("label", "")), row.get("metric")))
+    metric = raw.get("metric", "global_acc")
+    if not isinstance(metric, str) or not metric:
+        raise ConfigError(f"paper numbers {path}: metric must be a metrics.csv column name, got {metric!r}")
+    rows = [_row(path, i, row) for i, row in enumerate(raw["rows"], start=1)]
     claims = raw.get("claims", [])
     if not isinstance(claims, list):
         raise ConfigError(f"paper numbers {path}: claims must be a list, got {type(claims).__name__}")
-    metric = str(raw.get("metric", "global_acc"))
     parsed = tuple(_claim(path, i, claim, metric) for i, claim in enumerate(claims, start=1))
     return Paper(str(raw.get("source", "")), metric, rows, parsed, _choices(path, raw.get("choices", [])))
+
+
+def _row(path: Path, i: int, row: Any) -> PaperRow:
+    """One ``rows`` item: ``match`` (a mapping), ``value`` (a fraction, like metrics.csv), optional ``label`` (text)
+    and ``metric`` (a column name); a :class:`ConfigError` naming the file, row ``i`` and the key otherwise."""
+    where = f"paper numbers {path}: row {i}"
+    if not isinstance(row, dict) or not isinstance(row.get("match"), dict) or "value" not in row:
+        raise ConfigError(f"{where} needs match (a mapping) and value")
+    unknown = set(row) - {"match", "value", "label", "metric"}
+    if unknown:
+        raise ConfigError(f"{where} has unknown key {sorted(unknown, key=str)[0]!r}; allowed: label, match, metric, "
+                          "value")
+    value = row["value"]
+    if not _is_number(value) or not 0.0 <= value <= 1.0:
+        raise ConfigError(f"{where} value must be a fraction in [0, 1], got {value!r}")
+    metric = row.get("metric")
+    if metric is not None and (not isinstance(metric, str) or not metric):
+        raise ConfigError(f"{where} metric must be a metrics.csv column name, got {metric!r}")
+    label = row.get("label", "")
+    if not isinstance(label, (str, int, float)) or isinstance(label, bool):
+        raise ConfigError(f"{where} label must be text, got {label!r}")
+    return PaperRow(dict(row["match"]), float(value), str(label), metric)
 
 
 def _choices(path: Path, raw: Any) -> tuple[Choice, ...]:

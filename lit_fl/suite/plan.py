@@ -4,12 +4,13 @@ command line with ``lit-fl fit``'s own parser before anything is written."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from lit_fl.errors import ConfigError
+from lit_fl.errors import ConfigError, DatasetNotFoundError
 from lit_fl.suite.controlled import check_controlled
-from lit_fl.suite.engine import agent_args, expand
+from lit_fl.suite.engine import agent_args, iter_expand
 from lit_fl.suite.manifest import Manifest, SweepRun
 from lit_fl.suite.paper import Paper, check_claims, load_paper, paper_row
 from lit_fl.suite.sweep_file import SweepFile
@@ -20,8 +21,15 @@ def plan_sweep(
 ) -> Manifest:
     """The manifest of a fresh sweep: one :class:`SweepRun` per expanded parameter set, every run writing its
     run directory to ``sweep_dir/runs/NAME`` in the W&B group named after the sweep."""
-    runs = []
-    for i, params in enumerate(expand(sweep, count, seed)):
+    runs = list(planned_runs(sweep, sweep_dir, overrides, count, seed))
+    return Manifest(sweep.name, sweep.method, sweep.metric, str(sweep.path), list(overrides), runs)
+
+
+def planned_runs(
+    sweep: SweepFile, sweep_dir: Path, overrides: list[str], count: int | None = None, seed: int = 0
+) -> Iterator[SweepRun]:
+    """The runs of :func:`plan_sweep` one at a time, as the grid is walked (a dry run streams them)."""
+    for i, params in enumerate(iter_expand(sweep, count, seed)):
         name = run_name(i, params)
         command = [
             "lit-fl",
@@ -32,33 +40,41 @@ def plan_sweep(
             f"--name={name}",
             f"--logger.group={sweep.name}",
         ]
-        runs.append(SweepRun(name=name, params=params, command=command, run_dir=f"runs/{name}"))
-    return Manifest(sweep.name, sweep.method, sweep.metric, str(sweep.path), list(overrides), runs)
+        yield SweepRun(name=name, params=params, command=command, run_dir=f"runs/{name}")
 
 
 def check_commands(manifest: Manifest) -> None:
-    """Parse the runs' command lines as ``lit-fl fit`` would; the first bad one is a :class:`ConfigError` naming the
-    run and the key. Linear in the runs: a run is parsed only when it brings a parameter value not yet checked in
-    its context (its config files and class paths, which decide what the other keys may be), so a grid of 10^5 runs
-    parses about as many command lines as it has distinct values."""
+    """Parse the runs' command lines as ``lit-fl fit`` would (:func:`checked_runs`)."""
+    for _ in checked_runs(manifest.runs, manifest.file):
+        pass
+
+
+def checked_runs(runs: Iterable[SweepRun], file: str) -> Iterator[SweepRun]:
+    """Each run once its command line passes ``lit-fl fit``'s checks (those that need no data); the first bad one is a
+    :class:`ConfigError` naming the sweep ``file``, the run and the key. Linear in the runs: a run is parsed only
+    when it brings a parameter value not yet checked in its context (its config files and class paths, which decide
+    what the other keys may be), so a grid of 10^5 runs parses about as many command lines as it has distinct
+    values."""
     from lit_fl.algorithms.registry import algorithm_class_paths
     from lit_fl.cli_errors import one_line
-    from lit_fl.commands.fit import config_keys, fit_parser, resolve_config_files
+    from lit_fl.commands.fit import config_keys, fit_parser, prepare, resolve_config_files
 
     parser = fit_parser()
     checked: set[tuple[Any, str, str]] = set()
-    for run in manifest.runs:
+    for run in runs:
         signature = _check_signature(run.params)
-        if signature <= checked:
-            continue
-        try:
-            parser.parse_args(resolve_config_files(run.command[2:]))
-        except ConfigError as err:
-            raise ConfigError(f"sweep {manifest.file}: run {run.name}: {err}") from None
-        except Exception as err:  # jsonargparse reports bad keys and values as exceptions of its own
-            message = one_line(err, config_keys(), algorithm_class_paths())
-            raise ConfigError(f"sweep {manifest.file}: run {run.name}: {message}") from None
-        checked |= signature
+        if not signature <= checked:
+            try:  # every check of lit-fl fit that needs no data: what a run would refuse, the plan refuses
+                prepare(parser.parse_args(resolve_config_files(run.command[2:])), parser)
+            except DatasetNotFoundError:  # planned on a machine without the data (a login node): each run checks it
+                pass
+            except ConfigError as err:
+                raise ConfigError(f"sweep {file}: run {run.name}: {err}") from None
+            except Exception as err:  # jsonargparse reports bad keys and values as exceptions of its own
+                message = one_line(err, config_keys(), algorithm_class_paths())
+                raise ConfigError(f"sweep {file}: run {run.name}: {message}") from None
+            checked |= signature
+        yield run
 
 
 def _check_signature(params: dict[str, Any]) -> set[tuple[Any, str, str]]:

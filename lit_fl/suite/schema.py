@@ -24,6 +24,15 @@ def sweep_config(config: dict[str, Any]) -> dict[str, Any]:
         return dict(SweepConfig(config))
 
 
+def schema_errors(config: dict[str, Any]) -> list[Any]:
+    """Every violation of W&B's sweep-config JSON schema, each with the path of the key it is about (``SweepConfig``
+    joins them into one message without it)."""
+    with quiet():
+        from sweeps.config.schema import validator
+
+        return list(validator.iter_errors(config))
+
+
 def schema_keys() -> set[str]:
     """The top-level keys W&B's sweep schema knows."""
     with quiet():

@@ -82,16 +82,22 @@ def check_schema(path: Path, config: dict[str, Any]) -> None:
     """W&B's own schema check (the ``sweeps`` package, W&B's open-source sweep engine)."""
     from jsonschema import ValidationError
 
-    from lit_fl.suite.schema import schema_keys, sweep_config
+    from lit_fl.suite.schema import schema_errors, schema_keys, sweep_config
 
     known = schema_keys()
     for key in config:
         if key not in known:
-            raise ConfigError(f"sweep {path}: unknown key {key!r}; allowed: {', '.join(sorted(known))}")
+            raise ConfigError(f"sweep {path}: unknown key {key!r}; allowed: {', '.join(sorted(map(str, known)))}")
+    for error in schema_errors(config)[:1]:
+        where = ".".join(str(p) for p in error.absolute_path) or "top level"
+        if error.validator == "anyOf" and list(error.absolute_path)[:1] == ["parameters"]:
+            shown = repr(error.instance)[:100]
+            raise ConfigError(f"sweep {path}: {where}: {shown} is not a parameter W&B knows: expected value, values "
+                              "(a list), min and max, or a distribution with its keys")
+        raise ConfigError(f"sweep {path}: {where}: {error.message.splitlines()[0][:300]}")
     try:
         sweep_config(config)
-    except ValidationError as err:
-        where = ".".join(str(p) for p in err.absolute_path) or "top level"
-        raise ConfigError(f"sweep {path}: {where}: {err.message.splitlines()[0][:300]}") from None
+    except ValidationError as err:  # the checks SweepConfig adds to the schema (min <= max, probabilities), by key
+        raise ConfigError(f"sweep {path}: {err.message.splitlines()[0][:300]}") from None
     except (ValueError, TypeError) as err:
         raise ConfigError(f"sweep {path}: {str(err).splitlines()[0]}") from None

@@ -75,7 +75,9 @@ def read_metrics(path: str | Path) -> list[dict[str, float]]:
 
 
 def _read(path: str | Path) -> tuple[list[dict[str, float]], bool]:
-    """The complete rows, and whether a half-written last row was left out."""
+    """The complete rows, and whether a half-written last row was left out. The one reader of ``metrics.csv``: it
+    checks what it reads (:func:`_checked_header`, :func:`_parsed`, rounds increasing), so a damaged file is one
+    :class:`ConfigError` naming the file, the line and the column, never a value that breaks a later use."""
     try:
         text = Path(path).read_text()
     except UnicodeDecodeError:
@@ -83,29 +85,74 @@ def _read(path: str | Path) -> tuple[list[dict[str, float]], bool]:
     torn = bool(text) and not text.endswith("\n")
     if torn:
         text = text[: text.rfind("\n") + 1]
-    rows = list(csv.DictReader(io.StringIO(text, newline="")))
-    if rows and "round" not in rows[0]:
+    reader = csv.reader(io.StringIO(text, newline=""))
+    rows: list[dict[str, float]] = []
+    try:
+        header = next(reader, None)
+        if header is None:
+            return [], torn
+        columns = _checked_header(path, header)
+        for cells in reader:
+            if cells:  # a blank line is no row (as csv.DictReader reads it)
+                rows.append(_parsed(path, reader.line_num, columns, cells))
+                _check_round_order(path, reader.line_num, rows)
+    except csv.Error as err:
+        raise ConfigError(f"{path}: damaged: line {reader.line_num}: {err}") from None
+    return rows, torn
+
+
+def _checked_header(path: str | Path, header: list[str]) -> list[str]:
+    """The column names: ``round`` among them, each named once and not empty."""
+    if "round" not in header:
         raise ConfigError(f"{path}: damaged: no round column in its header")
-    return [_parsed(path, line, row) for line, row in enumerate(rows, start=2)], torn
+    for column in header:
+        if not column.strip():
+            raise ConfigError(f"{path}: damaged: line 1 has a column without a name")
+        if header.count(column) > 1:
+            raise ConfigError(f"{path}: damaged: line 1 names column {column!r} twice")
+    return header
 
 
-def _parsed(path: str | Path, line: int, row: dict[str | None, str | None]) -> dict[str, float]:
-    """One row as floats (``round`` as int); a damaged one is a :class:`ConfigError` naming the file and line."""
-    if None in row or None in row.values():
-        raise ConfigError(f"{path}: damaged: line {line} does not have one value per column")
+def _parsed(path: str | Path, line: int, columns: list[str], cells: list[str]) -> dict[str, float]:
+    """One row as floats (``round`` as int), each value checked (:func:`_value`); a damaged one is a
+    :class:`ConfigError` naming the file, line and column."""
+    if len(cells) != len(columns):
+        raise ConfigError(f"{path}: damaged: line {line} does not have one value per column "
+                          f"({len(cells)} values, {len(columns)} columns)")
+    row: dict[str, float] = {}
+    for column, cell in zip(columns, cells):
+        problem, value = _value(column, cell)
+        if problem:
+            raise ConfigError(f"{path}: damaged: line {line}, {column}: {cell!r} is not {problem}")
+        row[column] = value
+    return row
+
+
+def _value(column: str, cell: str) -> tuple[str, float]:
+    """``("", value)``, or what the cell should have been: ``round`` an integer >= 1, an accuracy a fraction in
+    [0, 1] (or nan: not evaluated that round), ``comm_mb`` and ``round_comm_mb`` megabytes >= 0 (or nan), any
+    other column a number (a loss may be inf: a run that diverged)."""
+    from lit_fl.suite.compare.metric_kind import MetricKind
+
     try:
-        return {k: (int(float(v)) if k == "round" else float(v)) for k, v in row.items()}  # type: ignore[arg-type]
+        value = float(cell)
     except ValueError:
-        bad = next(k for k, v in row.items() if not _is_number(v))
-        raise ConfigError(f"{path}: damaged: line {line}, {bad}: {row[bad]!r} is not a number") from None
+        return "a number", math.nan
+    if column == "round":
+        ok = math.isfinite(value) and value.is_integer() and value >= 1
+        return ("" if ok else "a round number (an integer >= 1)"), (int(value) if ok else math.nan)
+    if MetricKind(column).is_accuracy and not (math.isnan(value) or 0.0 <= value <= 1.0):
+        return "an accuracy (a fraction in [0, 1], or nan)", value
+    if column in ("comm_mb", "round_comm_mb") and not (math.isnan(value) or 0.0 <= value < math.inf):
+        return "megabytes (a finite number >= 0, or nan)", value
+    return "", value
 
 
-def _is_number(value: str | None) -> bool:
-    try:
-        float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return False
-    return True
+def _check_round_order(path: str | Path, line: int, rows: list[dict[str, float]]) -> None:
+    """The row just read is of a later round than the one before (rows are appended in round order)."""
+    if len(rows) > 1 and rows[-1]["round"] <= rows[-2]["round"]:
+        raise ConfigError(f"{path}: damaged: line {line}, round: {rows[-1]['round']} follows round "
+                          f"{rows[-2]['round']} (rows must be of increasing rounds)")
 
 
 def _format(value: float) -> str:

@@ -44,6 +44,7 @@ from typing import Any
 from lit_fl.errors import ConfigError
 from lit_fl.suite.compare.metric_kind import MetricKind
 from lit_fl.suite.compare.results import Comparison, Group, RunResult
+from lit_fl.suite.compare.spread import sample_std
 from lit_fl.suite.paper import Claim, check_claims, matches
 
 ALPHA = 0.05
@@ -97,7 +98,7 @@ class ClaimResult:
     @property
     def std(self) -> float:
         """Sample std (ddof 1) of the ``d_s``; NaN with fewer than 2."""
-        return statistics.stdev(self.values) if self.n > 1 else math.nan
+        return sample_std(self.values) if self.n > 1 else math.nan
 
     @property
     def holding(self) -> int:
@@ -258,7 +259,9 @@ def paired_p_greater(differences: list[float]) -> float:
     n = len(differences)
     if n < 2:
         return math.nan
-    mean, std = statistics.fmean(differences), statistics.stdev(differences)
+    mean, std = statistics.fmean(differences), sample_std(differences)
+    if not math.isfinite(std):  # an infinite difference: no t statistic
+        return math.nan
     if std == 0.0:
         return 0.0 if mean > 0 else 1.0 if mean < 0 else 0.5
     return student_t_sf(mean / (std / math.sqrt(n)), n - 1)

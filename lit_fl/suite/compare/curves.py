@@ -8,6 +8,7 @@ import statistics
 from dataclasses import dataclass
 
 from lit_fl.suite.compare.results import Comparison, Group
+from lit_fl.suite.compare.spread import sample_std
 
 TITLES = {
     "global_acc": "Global accuracy",
@@ -110,5 +111,5 @@ def curve(group: Group, metric: str) -> Curve:
         rounds=[float(r) for r in rounds],
         mb=[statistics.fmean(mb for _, mb in by_round[r]) for r in rounds],
         mean=[statistics.fmean(v) for v in values],
-        std=[statistics.stdev(v) if len(v) > 1 else 0.0 for v in values],
+        std=[sample_std(v) if len(v) > 1 else 0.0 for v in values],
     )

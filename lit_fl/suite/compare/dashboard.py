@@ -42,7 +42,7 @@ def figure(comparison: Comparison, metric: str, axis: str) -> go.Figure:
             hovertemplate=f"{html.escape(group.label)} mean<br>{axis} %{{x:.4g}}<br>{metric} %{{y:.4f}}<extra></extra>",
         ))
         for run in group.runs:
-            points = [row for row in run.rows if row.get(metric) == row.get(metric)]  # evaluated, not NaN
+            points = [row for row in run.rows if not math.isnan(row.get(metric, math.nan))]  # evaluated
             left_out = "" if run.complete else ", unfinished" + ("" if run in group.counted else ": not in the mean")
             fig.add_trace(go.Scatter(
                 x=[row["round"] if axis == "round" else row.get("comm_mb") for row in points],

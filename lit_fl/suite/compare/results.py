@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from lit_fl.errors import ConfigError
-from lit_fl.run_dir import RunDir
+from lit_fl.run_dir import RunDir, printable
 from lit_fl.suite.manifest import Manifest, is_sweep_dir
 from lit_fl.suite.paper import Paper, load_paper, paper_row
 from lit_fl.suite.plan import short_value
@@ -103,19 +103,21 @@ def _from_run_dirs(paths: list[Path], metric: str | None) -> Comparison:
         if not path.is_dir():
             raise ConfigError(f"compare: {path} is not a folder (give run directories or a sweep directory)")
         candidates = [path] if RunDir(path).has_metrics() else sorted(p for p in path.iterdir() if p.is_dir())
+        if not candidates:  # a folder given by name is never dropped without a word
+            left_out.append(LeftOut(printable(path), "no metrics.csv and no run folders in it"))
         for candidate in candidates:
             if not RunDir(candidate).has_metrics():
-                left_out.append(LeftOut(str(candidate), "no metrics.csv (not a run, or not one evaluated round)"))
+                left_out.append(LeftOut(printable(candidate), "no metrics.csv (not a run, or not one evaluated round)"))
                 continue
             run = _plain_run(candidate)
             if run.rows:
                 runs.append(run)
             else:
-                left_out.append(LeftOut(str(candidate), "no evaluated round in metrics.csv yet"))
+                left_out.append(LeftOut(printable(candidate), "no evaluated round in metrics.csv yet"))
     if not runs:
         raise ConfigError(f"compare: no runs with metrics in {', '.join(map(str, paths))}")
     _keep_differing(runs)
-    title = ", ".join(p.name for p in paths)
+    title = ", ".join(printable(p.name) for p in paths)
     return Comparison(title, _group(runs, None), None, metric or "global_acc", paths[0], left_out)
 
 
@@ -129,8 +131,9 @@ def _from_sweep(sweep_dir: Path, metric: str | None) -> Comparison:
         if not rows:
             left_out.append(LeftOut(entry.name, f"{entry.status}: no evaluated round yet"))
             continue
-        runs.append(RunResult(entry.name, run_dir.path, dict(entry.configuration), int(entry.params.get("seed", 0)),
-                              rows, run_dir.status() == "completed", algorithm_of(run_dir.read_config())))
+        seed = run_seed(entry.params.get("seed", 0), f"{sweep_dir / 'manifest.json'}: run {entry.name}")
+        runs.append(RunResult(entry.name, run_dir.path, dict(entry.configuration), seed, rows,
+                              run_dir.status() == "completed", algorithm_of(run_dir.read_config())))
     if not runs:
         raise ConfigError(f"compare: no runs with metrics in {sweep_dir} (run the sweep first: lit-fl sweep ...)")
     constant = {k for k in runs[0].params if all(r.params.get(k) == runs[0].params[k] for r in runs)}
@@ -139,19 +142,32 @@ def _from_sweep(sweep_dir: Path, metric: str | None) -> Comparison:
 
 
 def _check_metric(comparison: Comparison) -> None:
-    """The table's metric is a column of the runs (a misspelt ``--metric`` is refused, not shown as empty)."""
+    """The table's metric is a column of the runs (a misspelt ``--metric`` is refused, not shown as empty), and of
+    every one of them (a run whose ``metrics.csv`` lacks it is named)."""
     columns = sorted({key for run in comparison.runs for key in run.rows[0]})
     if comparison.metric not in columns:
         raise ConfigError(f"--metric: {comparison.metric!r} is not a column of these runs; allowed: "
                           f"{', '.join(c for c in columns if c != 'round')}")
+    for run in comparison.runs:
+        if comparison.metric not in run.rows[0]:
+            raise ConfigError(f"{run.path / 'metrics.csv'}: no {comparison.metric} column, the metric compared; "
+                              f"it has {', '.join(run.rows[0])}")
 
 
 def _plain_run(path: Path) -> RunResult:
     run_dir = RunDir(path)
     config = run_dir.read_config()
     flat = {k: v for k, v in _flatten(config).items() if k.split(".")[0] not in IGNORED}
-    return RunResult(path.name, path, flat, int(config.get("seed", 0)), read_metrics(run_dir.metrics),
+    seed = run_seed(config.get("seed", 0), f"{run_dir.config}: seed")
+    return RunResult(printable(path.name), path, flat, seed, read_metrics(run_dir.metrics),
                      run_dir.status() == "completed", algorithm_of(config))
+
+
+def run_seed(value: Any, where: str) -> int:
+    """A run's seed as its config or manifest holds it: an integer >= 0 (a :class:`ConfigError` naming ``where``)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{where}: the seed must be an integer >= 0, got {value!r}")
+    return value
 
 
 def algorithm_of(config: dict[str, Any]) -> str:
@@ -163,7 +179,7 @@ def algorithm_of(config: dict[str, Any]) -> str:
 
 def _keep_differing(runs: list[RunResult]) -> None:
     keys = sorted({k for r in runs for k in r.params})
-    differing = [k for k in keys if len({json.dumps(r.params.get(k), sort_keys=True) for r in runs}) > 1]
+    differing = [k for k in keys if len({json.dumps(r.params.get(k), sort_keys=True, default=str) for r in runs}) > 1]
     for run in runs:
         run.params = {k: run.params.get(k) for k in differing}
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from lit_fl.suite.compare.claims import RULE, ClaimResult
 from lit_fl.suite.compare.metric_kind import MetricKind
 from lit_fl.suite.compare.results import Comparison, Group, RunResult, paper_value_of
+from lit_fl.suite.compare.spread import sample_std
 
 
 @dataclass
@@ -33,7 +34,7 @@ class Stat:
 
     @property
     def std(self) -> float:
-        return statistics.stdev(self.kept) if len(self.kept) > 1 else 0.0 if self.kept else math.nan
+        return sample_std(self.kept) if len(self.kept) > 1 else 0.0 if self.kept else math.nan
 
     def percent(self) -> str:
         return self.shown(MetricKind("acc"))
