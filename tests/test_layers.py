@@ -37,6 +37,7 @@ def graph() -> dict[str, set[str]]:
 @pytest.mark.parametrize(("layer", "forbidden"), [
     ("lit_fl.federation", ("lit_fl.algorithms", "lit_fl.suite")),
     ("lit_fl.steps", ("lit_fl.federation", "lit_fl.algorithms", "lit_fl.suite")),
+    ("lit_fl.tracking", ("lit_fl.federation", "lit_fl.algorithms", "lit_fl.suite", "lit_fl.commands")),
 ])
 def test_a_layer_imports_nothing_above_it(layer: str, forbidden: tuple[str, ...]) -> None:
     wrong = sorted(f"{module} imports {target}" for module, targets in graph().items()

@@ -44,7 +44,6 @@ def compare(args: argparse.Namespace) -> int:
     from lit_fl.suite.compare.claims import evaluate_claims
     from lit_fl.suite.compare.dashboard import write_dashboard
     from lit_fl.suite.compare.figures import write_figures
-    from lit_fl.suite.compare.metric_kind import MetricKind
     from lit_fl.suite.compare.results import load_comparison
     from lit_fl.suite.compare.table import (
         claims_html,
@@ -57,6 +56,7 @@ def compare(args: argparse.Namespace) -> int:
         to_markdown,
     )
     from lit_fl.suite.manifest import is_sweep_dir
+    from lit_fl.tracking.metric_kind import MetricKind
     from lit_fl.validation import check_output_folder
 
     if not math.isfinite(args.target):

@@ -47,7 +47,7 @@ from typing import Any
 
 from lit_fl.errors import ConfigError
 from lit_fl.strict_yaml import load_yaml
-from lit_fl.suite.compare.metric_kind import MetricKind
+from lit_fl.tracking.metric_kind import MetricKind
 
 CLAIM_KEYS = ("about", "at", "better", "claim", "differs", "metric", "note", "paper", "source", "worse", "worse_metric")
 AT = ("final", "best")

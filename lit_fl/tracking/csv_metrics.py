@@ -132,7 +132,7 @@ def _value(column: str, cell: str) -> tuple[str, float]:
     """``("", value)``, or what the cell should have been: ``round`` an integer >= 1, an accuracy a fraction in
     [0, 1] (or nan: not evaluated that round), ``comm_mb`` and ``round_comm_mb`` megabytes >= 0 (or nan), any
     other column a number (a loss may be inf: a run that diverged)."""
-    from lit_fl.suite.compare.metric_kind import MetricKind
+    from lit_fl.tracking.metric_kind import MetricKind
 
     try:
         value = float(cell)

@@ -42,10 +42,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from lit_fl.errors import ConfigError
-from lit_fl.suite.compare.metric_kind import MetricKind
 from lit_fl.suite.compare.results import Comparison, Group, RunResult
 from lit_fl.suite.compare.spread import sample_std
 from lit_fl.suite.paper import Claim, check_claims, matches
+from lit_fl.tracking.metric_kind import MetricKind
 
 ALPHA = 0.05
 HOLDS, FAILS, NOISE, TOO_FEW = "holds", "does not hold", "within seed noise", "not enough seeds"

@@ -13,9 +13,9 @@ import statistics
 from dataclasses import dataclass
 
 from lit_fl.suite.compare.claims import RULE, ClaimResult
-from lit_fl.suite.compare.metric_kind import MetricKind
 from lit_fl.suite.compare.results import Comparison, Group, RunResult, paper_value_of
 from lit_fl.suite.compare.spread import sample_std
+from lit_fl.tracking.metric_kind import MetricKind
 
 
 @dataclass
