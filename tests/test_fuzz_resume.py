@@ -125,3 +125,18 @@ def test_partition_of_a_run_config_works_or_refuses_and_writes_only_under_out(ru
         if result.rc == 0:
             counts = (root / "out" / "partition.csv").read_text().splitlines()
             assert len(counts) > 1, counts
+
+
+@pytest.mark.parametrize("column", ["global_acc", "acc/cnn_8"])
+def test_resume_over_a_metrics_csv_that_lost_a_column_is_one_line(runs: Path, tmp_path: Path, column: str) -> None:
+    """A base column (checked when the run starts) or a per-architecture one (checked at the first row written):
+    exit 2 naming metrics.csv and the column, never the KeyError of a header written by the run itself."""
+    run = tmp_path / "done"
+    shutil.copytree(runs / "done", run)
+    lines = (run / "metrics.csv").read_text().splitlines()
+    index = lines[0].split(",").index(column)
+    (run / "metrics.csv").write_text("\n".join(",".join(c for j, c in enumerate(line.split(",")) if j != index)
+                                               for line in lines) + "\n")
+    result = run_cli("fit", "--resume", run, "--rounds", 3)
+    check_refusal_or_success(result.rc, result.out, result.err, "metrics.csv")
+    assert result.rc == 2 and f"no column {column}" in result.err, result.err

@@ -36,10 +36,17 @@ class MetricsCSV:
         self.columns: list[str] | None = None
         #: whether the file ended in a half-written row (a kill between two writes), which is left out
         self.torn = False
+        #: whether the header came from an existing file (a resumed run) rather than this process's first row
+        self.header_read = False
         if self.path.exists():
             rows, self.torn = _read(self.path)
             if rows:
                 self.columns = list(rows[0])
+                self.header_read = True
+                missing = [c for c in BASE_COLUMNS if c not in self.columns]
+                if missing:
+                    raise ConfigError(f"{self.path}: damaged: no column {', '.join(missing)} (every run writes "
+                                      f"{', '.join(BASE_COLUMNS)}); restore the file or start a new run")
 
     def append(self, row: dict[str, float]) -> None:
         if self.columns is None:
@@ -49,7 +56,10 @@ class MetricsCSV:
             with self.path.open("w", newline="") as handle:
                 csv.writer(handle).writerow(self.columns)
         unknown = set(row) - set(self.columns)
-        if unknown:
+        if unknown and self.header_read:  # the file on disk lost columns this run writes: damaged input
+            raise ConfigError(f"{self.path}: damaged: no column {', '.join(sorted(unknown))}, which this run "
+                              "writes; restore the file or start a new run")
+        if unknown:  # this process wrote the header: a method that logs a new key later is a bug
             raise KeyError(f"metrics.csv: new columns {sorted(unknown)} after the header was written")
         with self.path.open("a", newline="") as handle:
             csv.writer(handle).writerow([_format(row.get(c, math.nan)) for c in self.columns])
