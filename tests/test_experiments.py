@@ -17,7 +17,7 @@ EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 ALL_CONFIGS = sorted(EXPERIMENTS.rglob("*.yaml"))
 MNIST5K = sorted((EXPERIMENTS / "mnist5k").glob("*.yaml"))
 #: the folders of paper-scale configs (GPU and datasets): each file names its paper number and is run by a sweep
-PAPER_SCALE = ("dfml_tables", "fedorion", "uapdfl", "codistillation")
+PAPER_SCALE = ("dfml_tables", "fedorion", "uapdfl", "codistillation", "defkt")
 
 
 @pytest.mark.parametrize("path", ALL_CONFIGS, ids=lambda p: str(p.relative_to(EXPERIMENTS)))
