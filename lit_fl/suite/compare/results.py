@@ -17,7 +17,7 @@ from lit_fl.run_dir import RunDir, printable
 from lit_fl.suite.manifest import Manifest, is_sweep_dir
 from lit_fl.suite.paper import Paper, load_paper, paper_row
 from lit_fl.suite.plan import short_value
-from lit_fl.tracking import read_metrics
+from lit_fl.tracking import BASE_COLUMNS, read_metrics
 
 #: config keys that never define a configuration
 IGNORED = ("seed", "name", "run_dir", "resume", "logger", "trainer", "checkpoint_every")
@@ -143,13 +143,15 @@ def _from_sweep(sweep_dir: Path, metric: str | None) -> Comparison:
 
 def _check_metric(comparison: Comparison) -> None:
     """The table's metric is a column of the runs (a misspelt ``--metric`` is refused, not shown as empty), and of
-    every one of them (a run whose ``metrics.csv`` lacks it is named)."""
+    every one of them when every run writes it (a column of ``BASE_COLUMNS``: a run whose ``metrics.csv`` lacks it
+    is damaged, and named). A metric only some methods report (``server_acc/global``: FedMD has no server model)
+    shows "-" for the others, which a claim reads on their own column (``worse_metric``)."""
     columns = sorted({key for run in comparison.runs for key in run.rows[0]})
     if comparison.metric not in columns:
         raise ConfigError(f"--metric: {comparison.metric!r} is not a column of these runs; allowed: "
                           f"{', '.join(c for c in columns if c != 'round')}")
     for run in comparison.runs:
-        if comparison.metric not in run.rows[0]:
+        if comparison.metric in BASE_COLUMNS and comparison.metric not in run.rows[0]:
             raise ConfigError(f"{run.path / 'metrics.csv'}: no {comparison.metric} column, the metric compared; "
                               f"it has {', '.join(run.rows[0])}")
 
