@@ -25,6 +25,12 @@ student regularisation ``b`` towards its own start, by Adam, for ``distill_steps
   models; ``delta = W_start - W_student`` and the update fed to FedAdam is
   ``alpha * g + (1 - alpha) * delta * ||g|| / ||delta||`` (Eq. 2, norms over the whole model).
 
+Domain-shifted pools (paper sec. 3.3, Table 2): ``pool_domains`` restricts a pool to the train samples of one domain of
+the data (:mod:`lit_fl.data.domains`; StackOverflow with ``data.options.domains: type``: ``{small: answer, large:
+question}``). A client of that pool trains on, and is weighted by, its samples of the domain only, and a client without
+any is not in the pool; the distillation data stays the mixed held-out split and the server models are also evaluated
+on each domain's test samples (``server_acc/small/question``, ...).
+
 Choices the paper leaves open (documented defaults): the distillation batch size (64); a fresh Adam per
 distillation phase; one temperature for both teachers; ``decay_rounds`` switches on the paper's linear decay
 (to zero) of the server and distillation learning rates; ``distill_augment`` adds the paper's extra random
@@ -97,6 +103,9 @@ class Codistillation(Algorithm):
             batches (paper C.1), on top of the dataset's own augmentation.
         decay_rounds: decay the server and distillation learning rates linearly to zero over this many
             rounds (paper C.3/C.4: over the whole run); None = constant.
+        pool_domains: pool (``small``, ``large``) -> the domain of the data its clients train on (paper Table 2:
+            ``{small: answer, large: question}``); a pool not named trains on all its clients' samples. None: no
+            domain shift (Table 1).
         local_epochs, loss, lr, momentum, weight_decay, batch_size: client SGD (paper C.3: plain SGD with a
             constant learning rate, batch 20, one epoch; cross-entropy).
     """
@@ -115,6 +124,11 @@ class Codistillation(Algorithm):
         if self.distill_augment and dataset.is_sequence:
             raise ConfigError(f"algorithm.distill_augment: flips and mixup are for images and {dataset.name} holds "
                               "token sequences; allowed: false")
+        if self.pool_domains and dataset.domains is None:
+            raise ConfigError(f"algorithm.pool_domains: {dataset.name}'s samples have no domains; give the dataset "
+                              "its domains (stackoverflow: data.options.domains: type) or set pool_domains: null")
+        for pool, domain in self.pool_domains.items():
+            dataset.domains.index(domain, f"algorithm.pool_domains.{pool}")
 
     def __init__(
         self,
@@ -135,6 +149,7 @@ class Codistillation(Algorithm):
         student_reg: UnitInterval = 0.1,
         distill_augment: bool = False,
         decay_rounds: DecayRounds | None = None,
+        pool_domains: dict[str, str] | None = None,
         local_epochs: int = 1,
         loss: SupervisedLoss = "ce",
         lr: float = 0.01,
@@ -160,10 +175,13 @@ class Codistillation(Algorithm):
         self.temperature, self.student_reg = float(temperature), float(student_reg)
         self.distill_augment = distill_augment
         self.decay_rounds = decay_rounds
+        self.pool_domains = check_pool_domains(pool_domains)
         self.optimizers = {
             pool: FedAdam(self.server_lrs[pool], server_betas, server_eps, server_bias_correction) for pool in POOLS
         }
         self.pool_ids: dict[str, list[int]] = {}
+        #: pool -> client id -> the client's train indices in the pool's domain (pools of ``pool_domains`` only)
+        self.pool_idx: dict[str, dict[int, Tensor]] = {}
         self.buffers: dict[str, dict[str, Tensor]] = {}  # the round's averaged buffers, until applied
 
     # -- setup -------------------------------------------------------------------------------------------
@@ -183,6 +201,8 @@ class Codistillation(Algorithm):
             )
         large_ids = resolve_large_clients(self.large_clients, federation.num_clients, federation.seed)
         self.pool_ids = {SMALL: [c.id for c in federation.clients], LARGE: large_ids}
+        self.restrict_pools(federation)
+        large_ids = self.pool_ids[LARGE]
         first = federation.clients[0].model
         if SMALL not in federation.server:  # the clients' common initialisation
             federation.server[SMALL] = copy.deepcopy(first)
@@ -196,6 +216,26 @@ class Codistillation(Algorithm):
             client = federation.clients[n]
             if LARGE not in client.extras:
                 client.extras[LARGE] = copy.deepcopy(federation.server[LARGE])
+
+    def restrict_pools(self, federation: Federation) -> None:
+        """Each pool of ``pool_domains``: its clients' train indices in the pool's domain; a client without any
+        leaves the pool (one line when none is left)."""
+        self.pool_idx = {}
+        for pool, domain in self.pool_domains.items():
+            key = f"algorithm.pool_domains.{pool}"
+            subsets = {n: federation.data.domains.train_subset(federation.clients[n].train_idx, domain, key)
+                       for n in self.pool_ids[pool]}
+            self.pool_idx[pool] = {n: idx for n, idx in subsets.items() if len(idx) > 0}
+            self.pool_ids[pool] = sorted(self.pool_idx[pool])
+            if not self.pool_ids[pool]:
+                raise ConfigError(f"{key}: no client of the {pool} pool has a train sample of domain {domain!r}; "
+                                  "give the pool more clients (data.num_clients, algorithm.large_clients)")
+
+    def train_idx(self, pool: str, client: Client) -> Tensor:
+        """What ``client`` trains on in ``pool``: its train split, or its part of it in the pool's domain."""
+        if pool in self.pool_idx:
+            return self.pool_idx[pool][client.id]
+        return client.train_idx
 
     # -- a round -----------------------------------------------------------------------------------------
 
@@ -211,7 +251,8 @@ class Codistillation(Algorithm):
             chosen = sorted(int(n) for n in federation.rng.selection.choice(members, size=count, replace=False))
             taking_part.update(chosen)
             downloads[pool] = self.download(pool, chosen, federation, ledger)
-        works = [self.pool_work(model, client, federation) for pool in POOLS for client, model in downloads[pool]]
+        works = [self.pool_work(pool, model, client, federation) for pool in POOLS
+                 for client, model in downloads[pool]]
         losses = phase_losses(runner.run_phase(works))  # both pools' clients train in one phase
         grads = {pool: self.upload(pool, downloads[pool], federation, ledger) for pool in POOLS}
         extra = self.server_update(round_, federation, runner, grads)
@@ -254,19 +295,31 @@ class Codistillation(Algorithm):
         for client, model in downloaded:
             if not ledger.send(client.id, -1, model):  # it fails before uploading and keeps its local model
                 continue
-            if client.num_train > 0:
+            num_train = len(self.train_idx(pool, client))
+            if num_train > 0:
                 states.append(model.state_dict())
-                weights.append(client.num_train)
+                weights.append(num_train)
         if not states:
             return None
         average = steps.weighted_average(states, weights)
         self.buffers[pool] = {n: average[n] for n, b in server.named_buffers() if torch.is_floating_point(b)}
         return {name: p.detach() - average[name] for name, p in server.named_parameters()}
 
-    def pool_work(self, model: nn.Module, client: Client, federation: Federation) -> ClientWork | None:
-        """``local_epochs`` of SGD of the client's copy ``model`` of a pool's server model on its train split."""
-        step = steps.LocalTraining(model, client.class_proportions, self.loss, self.optimizer)
-        return self.work(client, step, federation, self.local_epochs)
+    def pool_work(self, pool: str, model: nn.Module, client: Client, federation: Federation) -> ClientWork | None:
+        """``local_epochs`` of SGD of the client's copy ``model`` of ``pool``'s server model on what it trains on in
+        that pool (:meth:`train_idx`)."""
+        from lit_fl.data.partition import class_proportions
+        from lit_fl.steps.phase import ClientWork
+
+        idx = self.train_idx(pool, client)
+        if self.local_epochs == 0 or len(idx) == 0:
+            return None
+        proportions = client.class_proportions
+        if pool in self.pool_idx:
+            proportions = class_proportions(federation.data.train_y[idx.to(federation.data.train_y.device)],
+                                            federation.num_classes)
+        step = steps.LocalTraining(model, proportions, self.loss, self.optimizer)
+        return ClientWork(client.id, step, self.batches(federation, idx, self.local_epochs))
 
     @abstractmethod
     def server_update(
@@ -451,6 +504,18 @@ def merge_updates(g: Mapping[str, Tensor], delta: Mapping[str, Tensor], alpha: f
 def global_norm(tensors: Mapping[str, Tensor]) -> float:
     """L2 norm of all entries together, accumulated in float64."""
     return math.sqrt(sum(float(t.detach().double().pow(2).sum()) for t in tensors.values()))
+
+
+def check_pool_domains(pool_domains: Mapping[str, str] | None) -> dict[str, str]:
+    """``pool_domains`` as a dict (empty for None); one line for a key that is not a pool."""
+    out = dict(pool_domains or {})
+    for pool, domain in out.items():
+        if pool not in POOLS:
+            raise ConfigError(f"algorithm.pool_domains: {pool!r} is not a pool; allowed: {', '.join(POOLS)}")
+        if not isinstance(domain, str):
+            raise ConfigError(f"algorithm.pool_domains.{pool}: {domain!r} is not a domain name; allowed: a domain of "
+                              "the data (stackoverflow: question, answer)")
+    return out
 
 
 def resolve_large_clients(spec: float | Sequence[int], num_clients: int, seed: int) -> list[int]:

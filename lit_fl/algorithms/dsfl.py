@@ -70,7 +70,7 @@ def era(probs: Sequence[Tensor], temperature: float) -> Tensor:
 
     if temperature <= 0:
         raise ValueError(f"the ERA temperature must be > 0, got {temperature}")
-    return torch.softmax(mean_probabilities(probs) / temperature, dim=1).to(probs[0].dtype)
+    return torch.softmax(mean_probabilities(probs) / temperature, dim=-1).to(probs[0].dtype)
 
 
 @register_algorithm
@@ -98,6 +98,8 @@ class DSFL(PublicDistillation):
         weight_decay: the clients' SGD weight decay (FedORION names none: 0).
         batch_size: the clients' batch size, update and distillation (FedORION sec. 4.1: 32).
     """
+
+    sequence_tasks = True  # per-token soft labels (ERA per position); the KL over positions whose input is not PAD
 
     def __init__(
         self,
@@ -195,7 +197,7 @@ class DSFL(PublicDistillation):
 
         arrived, probs = [], []
         for cid in selected:  # Prediction, Upload
-            p = torch.softmax(class_scores(federation.clients[cid].model, x), dim=1)
+            p = torch.softmax(class_scores(federation.clients[cid].model, x), dim=-1)
             if ledger.send(cid, -1, Payload([p])):
                 arrived.append(cid)
                 probs.append(p)

@@ -133,6 +133,7 @@ class FDmeta(Algorithm):
 
     uses_topology = False  # every sampled client talks to the server
     paper_same_init = False  # heterogeneous clients initialise their own models (FedORION sec. 4.1: "randomly")
+    sequence_tasks = True  # per-token aggregated logits; the CE over positions whose input is not PAD
 
     def __init__(
         self,

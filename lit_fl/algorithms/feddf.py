@@ -81,6 +81,8 @@ class FedDF(Algorithm):
         batch_size: the clients' batch size (FedORION sec. 4.1: 32).
     """
 
+    sequence_tasks = True  # per-token KL to the ensemble on the proxy sequences (PAD inputs masked)
+
     def __init__(
         self,
         client_fraction: Fraction = 0.3,

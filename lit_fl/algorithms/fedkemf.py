@@ -18,6 +18,9 @@ the smallest of the pool, the WRN40 role of FedORION sec. 4.1). Each round:
    ``T^2 CE(sum_i n_i / sum n * softmax(f_i(x) / T), f_g(x) / T)`` (:func:`ensemble_soft_target`;
    :class:`~lit_fl.steps.NoiseDistillation` with real inputs, teachers in eval mode), SGD ``server_lr``.
 
+On token sequences the DML's CE and KL are over the positions whose target is not PAD (:mod:`lit_fl.losses`) and the
+fusion's CE over the public positions whose input is not PAD (per-token next-token distributions).
+
 Public data: :meth:`FedKEMF.public_inputs` (the held-out unlabeled slice of the train set, ``data.server_fraction >
 0``, as Codistillation reads it), the one place public data is read. Evaluation: the server's knowledge network
 (``server_acc/global``); ``global_acc`` is the clients' local models.
@@ -62,7 +65,7 @@ def ensemble_soft_target(teacher_logits: Sequence[Tensor], weights: Sequence[flo
     import torch
 
     total = float(sum(weights))
-    return sum((float(w) / total) * torch.softmax(z / temperature, dim=1) for z, w in zip(teacher_logits, weights))
+    return sum((float(w) / total) * torch.softmax(z / temperature, dim=-1) for z, w in zip(teacher_logits, weights))
 
 
 def fuse_knowledge(states: Sequence[dict[str, Tensor]], weights: Sequence[float]) -> dict[str, Tensor]:
@@ -97,6 +100,7 @@ class FedKEMF(Algorithm):
 
     paper_same_init = False
     uses_topology = False  # every selected client talks to the server
+    sequence_tasks = True  # per-token DML on the private data, per-token fusion CE on the public sequences
 
     def __init__(
         self,

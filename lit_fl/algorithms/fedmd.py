@@ -81,6 +81,8 @@ class FedMD(PublicDistillation):
         batch_size: the clients' batch size, digest and revisit (FedORION sec. 4.1: 32).
     """
 
+    sequence_tasks = True  # per-token consensus logits; the digest's L1/MSE over positions whose input is not PAD
+
     def __init__(
         self,
         client_fraction: Fraction = 0.3,

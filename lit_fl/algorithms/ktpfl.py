@@ -59,10 +59,11 @@ NO_PUBLIC_DATA = ("{name} distils on public data (data.proxy): set data.proxy.da
 
 def personalized_targets(coefficients: Tensor, soft: Tensor) -> Tensor:
     """``t_n = sum_m c_nm s_m``: ``coefficients`` ``[K, K]`` (row ``n``: client ``n``'s weights), ``soft`` ``[K, P,
-    C]`` (every client's soft predictions on the ``P`` public samples); returns ``[K, P, C]``."""
+    C]`` (every client's soft predictions on the ``P`` public samples; ``[K, P, T, V]`` on token sequences); returns
+    ``soft``'s shape."""
     import torch
 
-    return torch.einsum("nm,mpc->npc", coefficients, soft)
+    return torch.einsum("nm,m...->n...", coefficients, soft)
 
 
 def coefficient_loss(coefficients: Tensor, soft: Tensor, kl_weight: float, rho: float) -> Tensor:
@@ -112,11 +113,22 @@ def soft_predictions(model: nn.Module, x: Tensor, temperature: float, batch_size
     param = next(model.parameters())
     try:
         with torch.no_grad():
-            out = [torch.softmax(model(x[i:i + batch_size].to(param.device)).float() / temperature, dim=1)
+            out = [torch.softmax(model(x[i:i + batch_size].to(param.device)).float() / temperature, dim=-1)
                    for i in range(0, len(x), batch_size)]
     finally:
         model.train(was_training)
     return torch.cat(out).to(x.device)
+
+
+def distilled_positions(soft: Tensor, x: Tensor) -> Tensor:
+    """The public samples the coefficient loss averages over: ``soft`` ``[K, P, C]`` unchanged; on token sequences
+    (``x`` ``[P, T]``, ``soft`` ``[K, P, T, V]``) the ``[K, M, V]`` predictions at the M positions whose input is not
+    PAD (each position one sample, as the clients' distillation counts them)."""
+    from lit_fl.data.tokens import PAD, is_token_batch
+
+    if not is_token_batch(x):
+        return soft
+    return soft.flatten(1, 2)[:, (x != PAD).reshape(-1).to(soft.device)]
 
 
 def tensor_batches(x: Tensor, y: Tensor, batch_size: int, generator: torch.Generator, epochs: int) -> ClientBatches:
@@ -153,6 +165,7 @@ class KTpFL(Algorithm):
 
     paper_same_init = False
     uses_topology = False  # every selected client talks to the server
+    sequence_tasks = True  # per-token soft predictions; coefficient KL and distillation over non-PAD positions
 
     def __init__(
         self,
@@ -232,7 +245,7 @@ class KTpFL(Algorithm):
         mass = block.sum(dim=1, keepdim=True)
         uniform = torch.full_like(block, 1.0 / len(arrived))
         a = torch.where(mass > 0, block / mass.clamp_min(1e-300), uniform)
-        a = update_coefficients(a, stacked, self.coef_lr, self.kl_weight, self.rho)
+        a = update_coefficients(a, distilled_positions(stacked, x), self.coef_lr, self.kl_weight, self.rho)
         self.coefficients[block_idx.view(-1, 1), block_idx.view(1, -1)] = a * mass
         targets = personalized_targets(a, stacked).to(x.device, torch.float32)
 

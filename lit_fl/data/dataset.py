@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from lit_fl.data.domains import Domains
 from lit_fl.errors import ConfigError
 
 Augment = Literal["none", "crop_flip"]
@@ -31,6 +32,9 @@ class ImageDataset:
     ``clients`` (a federated dataset's own clients, ``data.partition: natural``) are the train indices of each
     client, ``client_ids`` their ids in the file; None for a dataset without clients.
 
+    ``domains`` (:class:`~lit_fl.data.domains.Domains`) names each train and test sample's domain where the loader
+    was asked for them (StackOverflow's post type, ``data.options.domains: type``); None otherwise.
+
     ``augment`` is the train-time augmentation (``none`` or ``crop_flip``: random crop from a 4-pixel black
     border plus horizontal flip); a loader sets its dataset's default, ``data.augment`` overrides it.
     ``black`` is the normalised value of a black pixel per channel, the crop's padding.
@@ -46,6 +50,7 @@ class ImageDataset:
     black: tuple[float, ...] = (0.0,)
     clients: tuple[np.ndarray, ...] | None = None
     client_ids: tuple[str, ...] | None = None
+    domains: Domains | None = None
 
     def __post_init__(self) -> None:
         if self.is_sequence:
@@ -58,6 +63,9 @@ class ImageDataset:
             raise ValueError(f"dataset {self.name!r}: inputs and labels differ in length")
         if self.clients is not None and (self.client_ids is None or len(self.client_ids) != len(self.clients)):
             raise ValueError(f"dataset {self.name!r}: every client needs an id")
+        if self.domains is not None and (len(self.domains.train), len(self.domains.test)) != (
+                len(self.train_y), len(self.test_y)):
+            raise ValueError(f"dataset {self.name!r}: every train and test sample needs a domain")
 
     @property
     def is_sequence(self) -> bool:

@@ -22,18 +22,21 @@ from lit_fl.errors import ConfigError, DatasetNotFoundError
 #: where FedJAX publishes its files (``fedjax/datasets/*.py``)
 FEDJAX_URL = "https://storage.googleapis.com/gresearch/fedjax"
 
-#: one client's examples -> ``(x, y)`` arrays with one row per sample
-Preprocess = Callable[[str, Examples], tuple[np.ndarray, np.ndarray]]
+#: one client's examples -> ``(x, y)`` arrays with one row per sample, or ``(x, y, domains)`` with each sample's
+#: domain name (:mod:`lit_fl.data.domains`)
+Preprocess = Callable[[str, Examples], tuple[np.ndarray, ...]]
 
 
 @dataclass
 class FederatedSplit:
-    """One split's samples: ``x``, ``y`` and each client's rows (``clients[k]``, client id ``ids[k]``)."""
+    """One split's samples: ``x``, ``y`` and each client's rows (``clients[k]``, client id ``ids[k]``); ``domains``
+    each sample's domain name where the loader's preprocessing gives them."""
 
     x: np.ndarray
     y: np.ndarray
     clients: tuple[np.ndarray, ...]
     ids: tuple[str, ...]
+    domains: np.ndarray | None = None
 
 
 def locate(root: Path, filename: str, url: str) -> Path:
@@ -48,7 +51,7 @@ def locate(root: Path, filename: str, url: str) -> Path:
 def read_split(path: Path, features: Sequence[str], preprocess: Preprocess, num_clients: int | None = None,
                seed: int = 0) -> FederatedSplit:
     """Every client of ``path`` (``num_clients=None``) or ``num_clients`` of them drawn by ``seed``, in file order."""
-    xs, ys, ids = [], [], []
+    xs, ys, domains, ids = [], [], [], []
     with FederatedSQLite(path) as db:
         rows = None
         if num_clients is not None:
@@ -56,28 +59,31 @@ def read_split(path: Path, features: Sequence[str], preprocess: Preprocess, num_
             rows = [every[i] for i in select_clients(len(every), num_clients, seed, str(path))]
         for cid, examples in db.clients(rows):
             require_features(path, cid, examples, features)
-            x, y = preprocess(cid, examples)
+            x, y, *domain = preprocess(cid, examples)
             xs.append(x)
             ys.append(y)
+            domains += domain
             ids.append(cid)
     if not xs:
         raise ConfigError(f"{path}: the table federated_data has no client; expected at least one")
     bounds = np.cumsum([0, *(len(x) for x in xs)])
     clients = tuple(np.arange(a, b) for a, b in zip(bounds[:-1], bounds[1:]))
-    return FederatedSplit(np.concatenate(xs), np.concatenate(ys), clients, tuple(ids))
+    labels = np.concatenate(domains) if domains else None
+    return FederatedSplit(np.concatenate(xs), np.concatenate(ys), clients, tuple(ids), labels)
 
 
-def sample_rows(split: FederatedSplit, size: int | None, seed: int, key: str) -> tuple[np.ndarray, np.ndarray]:
-    """``(x, y)`` of ``size`` samples drawn without replacement by ``seed`` (all of them for None), in order; the
-    codistillation paper evaluates on 100,000 of StackOverflow's ~16M test examples (sec. 3, Table 3)."""
+def sample_rows(split: FederatedSplit, size: int | None, seed: int, key: str) -> FederatedSplit:
+    """The split's ``size`` samples drawn without replacement by ``seed`` (all of them for None), in order, as one
+    client; the codistillation paper evaluates on 100,000 of StackOverflow's ~16M test examples (sec. 3, Table 3)."""
     if size is None:
-        return split.x, split.y
+        return split
     if not 1 <= size <= len(split.x):
         raise ConfigError(f"data.options.{key}: {size} samples asked, the split has {len(split.x)}; allowed: "
                           f"1..{len(split.x)} (or null for all)")
     rng = np.random.default_rng([seed, NATURAL_STREAM, 1])
     keep = np.sort(rng.choice(len(split.x), size=size, replace=False))
-    return split.x[keep], split.y[keep]
+    domains = None if split.domains is None else split.domains[keep]
+    return FederatedSplit(split.x[keep], split.y[keep], (np.arange(size),), ("sample",), domains)
 
 
 def check_features(path: Path, client: str, examples: Examples, shapes: dict[str, tuple[int, ...]]) -> None:

@@ -8,9 +8,12 @@
   ``i + 3``, every other word OOV ``vocab_size + 3``; ``vocab_size + 4`` tokens in all (the models' outputs);
 * a post's ``tokens`` (space-separated) become ``BOS w1 .. wn EOS``; ``x`` is all but the last id, ``y`` all but
   the first, both truncated to ``max_length`` (20) and padded with PAD (FedJAX ``create_token_to_ids_fn``);
-* ``type`` (``question`` or ``answer``) keeps only the posts of that type: the codistillation paper's Table 2
-  trains one pool on questions and the other on answers and evaluates on each part of the test set
-  (``test_type``);
+* ``type`` (``question`` or ``answer``) keeps only the posts of that type, ``test_type`` only the test posts of that
+  type;
+* ``domains: type`` keeps every post and its type as its domain (:mod:`lit_fl.data.domains`): the codistillation
+  paper's Table 2 trains one pool on questions and the other on answers (``algorithm.pool_domains``), distils on the
+  mixed held-out posts and evaluates on the whole test set and on each type's part of it
+  (``server_acc/<model>/question``, ``server_acc/<model>/answer``);
 * ``test_size`` draws that many test posts by the seed (the paper: 100,000 of ~16M, Table 3; null: all).
 """
 
@@ -22,6 +25,7 @@ import numpy as np
 import torch
 
 from lit_fl.data.dataset import ImageDataset
+from lit_fl.data.domains import Domains
 from lit_fl.data.federated import FEDJAX_URL, FederatedSplit, locate, read_split, sample_rows
 from lit_fl.data.fedjax_sqlite import Examples
 from lit_fl.data.registry import register_dataset
@@ -60,19 +64,35 @@ def encode(tokens: bytes, vocab: dict[bytes, int], oov: int, max_length: int) ->
     return x, y
 
 
-def _preprocess(vocab: dict[bytes, int], max_length: int, kind: str | None):  # noqa: ANN202
+def _preprocess(vocab: dict[bytes, int], max_length: int, kind: str | None, domains: bool):  # noqa: ANN202
+    """A client's posts (those of type ``kind``, or all) as ``(x, y)``, with their types when ``domains``."""
     oov = NUM_RESERVED + len(vocab)
 
-    def preprocess(client: str, examples: Examples) -> tuple[np.ndarray, np.ndarray]:
+    def preprocess(client: str, examples: Examples) -> tuple[np.ndarray, ...]:
         posts = examples["tokens"]
+        types = np.asarray(examples["type"]) if kind is not None or domains else None
         if kind is not None:
-            posts = posts[np.asarray(examples["type"]) == kind.encode()]
+            keep = types == kind.encode()
+            posts, types = posts[keep], types[keep]
         pairs = [encode(bytes(t), vocab, oov, max_length) for t in posts]
-        if not pairs:
-            return np.zeros((0, max_length), dtype=np.int64), np.zeros((0, max_length), dtype=np.int64)
-        return np.stack([p[0] for p in pairs]), np.stack([p[1] for p in pairs])
+        empty = np.zeros((0, max_length), dtype=np.int64)
+        x = np.stack([p[0] for p in pairs]) if pairs else empty
+        y = np.stack([p[1] for p in pairs]) if pairs else empty
+        if not domains:
+            return x, y
+        return x, y, _type_names(types, client)
 
     return preprocess
+
+
+def _type_names(types: np.ndarray, client: str) -> np.ndarray:
+    """The posts' ``type`` values as names (one of :data:`TYPES`); one line for any other value."""
+    names = np.array([bytes(t).decode("utf-8", "replace") for t in types], dtype=object)
+    unknown = sorted(set(names) - set(TYPES))
+    if unknown:
+        raise ConfigError(f"stackoverflow: client {client!r} has posts of type {unknown[0]!r}; expected "
+                          f"{' or '.join(TYPES)}")
+    return names
 
 
 def _check(key: str, value: object, allowed: str, ok: bool) -> None:
@@ -83,7 +103,7 @@ def _check(key: str, value: object, allowed: str, ok: bool) -> None:
 @register_dataset("stackoverflow")
 def load_stackoverflow(root: Path, download: bool, seed: int, vocab_size: int = 10_000, max_length: int = 20,
                        test_max_length: int | None = None, type: str | None = None,  # noqa: A002 - FedJAX's name
-                       test_type: str | None = None, test_size: int | None = None,
+                       test_type: str | None = None, test_size: int | None = None, domains: str | None = None,
                        num_clients: int | None = None) -> ImageDataset:
     """StackOverflow's users as clients; ``num_clients`` of the train file's drawn by ``seed`` (None: all)."""
     for key, value in (("vocab_size", vocab_size), ("max_length", max_length)):
@@ -92,17 +112,25 @@ def load_stackoverflow(root: Path, download: bool, seed: int, vocab_size: int = 
            test_max_length is None or (isinstance(test_max_length, int) and test_max_length >= 1))
     for key, value in (("type", type), ("test_type", test_type)):
         _check(key, value, "question, answer or null", value is None or value in TYPES)
-    features = ("tokens",) if type is None and test_type is None else ("tokens", "type")
+    _check("domains", domains, "type or null", domains in (None, "type"))
+    if domains is not None and (type, test_type) != (None, None):
+        raise ConfigError(f"data.options.domains: type keeps both types as domains, but type is {type!r} and "
+                          f"test_type {test_type!r}; allowed with it: type: null, test_type: null")
+    split_types = domains is not None
+    features = ("tokens",) if type is None and test_type is None and not split_types else ("tokens", "type")
     vocab = read_vocab(locate(root, VOCAB_FILE, f"{FEDJAX_URL}/stackoverflow/{VOCAB_FILE}"), vocab_size)
     paths = [locate(root, f"stackoverflow_{s}.sqlite", f"{FEDJAX_URL}/stackoverflow/stackoverflow_{s}.sqlite")
              for s in ("train", "test")]
-    train = read_split(paths[0], features, _preprocess(vocab, max_length, type), num_clients, seed)
-    test = read_split(paths[1], features, _preprocess(vocab, test_max_length or max_length, test_type))
-    test_x, test_y = sample_rows(test, test_size, seed, "test_size")
-    return _sequences("stackoverflow", train, test_x, test_y, vocab_size + NUM_RESERVED + 1)
+    train = read_split(paths[0], features, _preprocess(vocab, max_length, type, split_types), num_clients, seed)
+    test = read_split(paths[1], features, _preprocess(vocab, test_max_length or max_length, test_type, split_types))
+    return _sequences("stackoverflow", train, sample_rows(test, test_size, seed, "test_size"),
+                      vocab_size + NUM_RESERVED + 1)
 
 
-def _sequences(name: str, train: FederatedSplit, test_x: np.ndarray, test_y: np.ndarray,
-               num_tokens: int) -> ImageDataset:
-    return ImageDataset(name, torch.from_numpy(train.x), torch.from_numpy(train.y), torch.from_numpy(test_x),
-                        torch.from_numpy(test_y), num_tokens, clients=train.clients, client_ids=train.ids)
+def _sequences(name: str, train: FederatedSplit, test: FederatedSplit, num_tokens: int) -> ImageDataset:
+    domains = None
+    if train.domains is not None and test.domains is not None:
+        domains = Domains.from_labels(TYPES, train.domains, test.domains)
+    return ImageDataset(name, torch.from_numpy(train.x), torch.from_numpy(train.y), torch.from_numpy(test.x),
+                        torch.from_numpy(test.y), num_tokens, clients=train.clients, client_ids=train.ids,
+                        domains=domains)

@@ -4,7 +4,9 @@
 * local accuracy = mean over clients of the accuracy on their own validation split;
 * ``acc/<arch>`` = mean global accuracy of the clients with that architecture;
 * ``global_acc_<name>`` / ``local_acc_<name>`` for every extra model a method keeps (FML's ``meme``);
-* ``server_acc/<name>`` on the global test set for every model of a server role (FedORION, codistillation).
+* ``server_acc/<name>`` on the global test set for every model of a server role (FedORION, codistillation), and
+  ``server_acc/<name>/<domain>`` on each domain's part of it where the samples have domains
+  (:mod:`lit_fl.data.domains`: StackOverflow's questions and answers, codistillation Table 2).
 
 Both the reported model (the peak model where a client has one) and the regular model are evaluated.
 
@@ -82,7 +84,7 @@ class Evaluator:
         self._test: dict[WeightsKey, float] = {}
         self._val: dict[int, dict[WeightsKey, float]] = {}  # client -> key -> validation accuracy
         self._holders: Counter[WeightsKey] = Counter()  # slots holding each key (test entries die at 0)
-        self._server: dict[str, tuple[Stamp, float]] = {}
+        self._server: dict[str, tuple[Stamp, dict[str, float]]] = {}
         self._token_fingerprints: WeakKeyDictionary[WeightsToken, Fingerprint] = WeakKeyDictionary()
 
     # -- identity ---------------------------------------------------------------------------------------
@@ -257,7 +259,8 @@ class Evaluator:
     def _batch_size(self, fed: Federation) -> int:
         return self.batch_size or BATCH_SIZES.get(fed.data.test_x.device.type, ACCELERATOR_BATCH_SIZE)
 
-    def _server_accuracy(self, name: str, model: nn.Module, fed: Federation) -> float:
+    def _server_accuracy(self, name: str, model: nn.Module, fed: Federation) -> dict[str, float]:
+        """``server_acc/<name>`` and, where the test samples have domains, ``server_acc/<name>/<domain>``."""
         now = stamp(model)
         cached = self._server.get(name)
         if cached is None or cached[0] != now:
@@ -266,7 +269,7 @@ class Evaluator:
             model.eval()
             try:
                 correct = self._correct(model, fed.data.test_x, fed.data.test_y, batch_size, fed.data.is_sequence)
-                cached = (now, _accuracy(int(correct.sum()), _test_total(fed)))
+                cached = (now, _server_metrics(name, correct.cpu(), fed))
             finally:
                 model.train(was_training)
             self._server[name] = cached
@@ -297,7 +300,7 @@ class Evaluator:
         }
         metrics.update({f"acc/{arch}": _mean(accs) for arch, accs in per_arch.items()})
         for name, model in sorted(fed.server.items()):
-            metrics[f"server_acc/{name}"] = self._server_accuracy(name, model, fed)
+            metrics.update(self._server_accuracy(name, model, fed))
         for name in sorted({name for c in fed.clients for name in c.extras}):
             owners = [(c, k[f"extra/{name}"]) for c, k in zip(fed.clients, keys) if name in c.extras]
             metrics[f"global_acc_{name}"] = _mean([self._test[key] for _, key in owners])
@@ -313,6 +316,20 @@ def _pass_cost(work: _Pass, fed: Federation) -> float:
 def _test_total(fed: Federation) -> int:
     """The predictions that count on the global test set: its samples, or its counted tokens."""
     return int(counted_totals(fed.data.test_y, fed.data.is_sequence).sum())
+
+
+def _server_metrics(name: str, correct: Tensor, fed: Federation) -> dict[str, float]:
+    """A server model's accuracy on the test set from its per-sample ``correct`` counts, and on each domain's test
+    samples (the correct and counted predictions of that domain's samples alone)."""
+    metrics = {f"server_acc/{name}": _accuracy(int(correct.sum()), _test_total(fed))}
+    domains = fed.data.domains
+    if domains is None:
+        return metrics
+    totals = counted_totals(fed.data.test_y, fed.data.is_sequence).cpu()
+    for domain in domains.names:
+        part = torch.from_numpy(domains.test_subset(domain))
+        metrics[f"server_acc/{name}/{domain}"] = _accuracy(int(correct[part].sum()), int(totals[part].sum()))
+    return metrics
 
 
 def _val_total(client: Client, fed: Federation) -> int:

@@ -14,6 +14,10 @@ gradients; students in train mode (BatchNorm on the batch, running statistics tr
 code prepares them. All students see the same batches, and their losses are summed: each depends on its own student
 only, and clipping and Adam act per student (one parameter group each), so this equals distilling the students one
 after the other on the same batches.
+
+On token sequences (proxy batches ``d`` ``[B, T]``, logits ``[B, T, V]``) every position whose input token is not PAD
+is one sample of the KL's mean (:func:`~lit_fl.steps.distillation.distilled_rows`, as codistillation distils): the
+per-token KL between the ensemble's and the student's next-token distributions, averaged over those positions.
 """
 
 from __future__ import annotations
@@ -26,16 +30,23 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from lit_fl.losses import at_least_float32
+from lit_fl.steps.distillation import distilled_rows
+
 
 def ensemble_logits(teachers: Sequence[nn.Module], x: Tensor) -> Tensor:
-    """``1/K sum_k f_k(x)``: the teachers' logits averaged (float32)."""
-    return torch.stack([t(x).float() for t in teachers]).mean(0)
+    """``1/K sum_k f_k(x)``: the teachers' logits averaged (float32; float64 in a float64 run)."""
+    return torch.stack([at_least_float32(t(x)) for t in teachers]).mean(0)
 
 
-def kl_to_teacher(student_logits: Tensor, teacher_logits: Tensor, temperature: float) -> Tensor:
-    """``KL(softmax(t / T) || softmax(s / T))``, mean over the batch (no ``T^2`` factor, as the reference code)."""
-    return F.kl_div(F.log_softmax(student_logits.float() / temperature, dim=1),
-                    F.softmax(teacher_logits.float() / temperature, dim=1), reduction="batchmean")
+def kl_to_teacher(student_logits: Tensor, teacher_logits: Tensor, temperature: float,
+                  x: Tensor | None = None) -> Tensor:
+    """``KL(softmax(t / T) || softmax(s / T))``, mean over the batch (no ``T^2`` factor, as the reference code); with
+    the inputs ``x`` of a token batch, mean over its positions whose input is not PAD."""
+    if x is not None:
+        student_logits, teacher_logits = distilled_rows(student_logits, x), distilled_rows(teacher_logits, x)
+    return F.kl_div(F.log_softmax(at_least_float32(student_logits) / temperature, dim=1),
+                    F.softmax(at_least_float32(teacher_logits) / temperature, dim=1), reduction="batchmean")
 
 
 class ClippedCosineAdam(torch.optim.Adam):
@@ -95,7 +106,7 @@ class EnsembleDistillation(L.LightningModule):
         finally:
             for t, mode in zip(self.teachers, modes):
                 t.train(mode)
-        total = sum(kl_to_teacher(s(x), target, self.temperature) for s in self.students)
+        total = sum(kl_to_teacher(s(x), target, self.temperature, x) for s in self.students)
         self.loss_sum = self.loss_sum.to(total.device) + total.detach() / len(self.students)
         self.num_batches += 1
         return total

@@ -44,7 +44,9 @@ from torch import Tensor, nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from lit_fl.choices import BN_STATS, STUDENT_RUNNING_STATS, BNStats, StudentRunningStats
+from lit_fl.data.tokens import is_token_batch
 from lit_fl.losses import at_least_float32, peer_losses, teacher_weight_matrix
+from lit_fl.steps.distillation import distilled_rows
 from lit_fl.steps.noise import NoiseBatches
 from lit_fl.steps.optim import SGDConfig
 
@@ -226,7 +228,10 @@ class NoiseDistillation(L.LightningModule):
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         z, _ = batch
         targets = self.teacher_logits(z)
-        loss = self.kd_loss(self.student_logits(z), targets)
+        student = self.student_logits(z)
+        if is_token_batch(z):  # real token sequences (FedKEMF's public data): the positions whose input is not PAD
+            student, targets = distilled_rows(student, z), [distilled_rows(t, z) for t in targets]
+        loss = self.kd_loss(student, targets)
         self.loss_sum = self.loss_sum.to(loss.device) + loss.detach()
         self.num_batches += 1
         return loss

@@ -3,7 +3,7 @@
 
 The batches are ``(x, t)`` pairs: ``x`` the public inputs, ``t`` the target of each sample (``[B, C]``, computed
 before the phase and fixed during it: a constant, only the model is trained). With ``z = model(x)`` the logits and
-``T`` the temperature, the loss per batch is ``weight`` times
+``T`` the temperature, the loss per batch is ``weight`` times (``i`` a sample; on token sequences a position)
 
 * ``l1``: ``mean_{i,c} |z_ic - t_ic|`` over the batch's samples ``i`` and classes ``c`` (``t`` logits);
 * ``mse``: ``mean_{i,c} (z_ic - t_ic)^2`` (``t`` logits);
@@ -25,6 +25,11 @@ where the soft labels are ``p = t`` (``target="probabilities"``: rows on the sim
 * FDmeta's server KD and client digest (Liu et al. 2022): ``loss="ce"``, ``target="logits"`` (the aggregated
   logits), ``temperature=T``.
 
+On token sequences (:mod:`lit_fl.data.tokens`; ``x`` ``[B, T]``, ``t`` and ``z`` ``[B, T, V]``) every position whose
+input token is not PAD is one distillation sample ``i`` (:func:`~lit_fl.steps.distillation.distilled_rows`, as
+codistillation distils: unlabeled text says where it ends by its padding), so ``B`` above is the number of such
+positions in the batch and the PAD positions' targets are never read.
+
 Every loss is computed in float32 (float64 in a float64 run). The model trains in train mode (BatchNorm on the
 batch's statistics, its running statistics updated: the inputs are real data) by SGD with the given settings, a fresh
 optimizer per phase. Under ``trainer.fuse on`` the ``ce``-on-logits digests (FDmeta's) of clients with the same
@@ -43,8 +48,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lit_fl.losses import at_least_float32
+from lit_fl.data.tokens import PAD, is_token_batch
+from lit_fl.losses import at_least_float32, flat_positions
 from lit_fl.steps.batched import BatchedClientStep, per_sample
+from lit_fl.steps.distillation import distilled_rows
 from lit_fl.steps.noise_distillation import batched_soft_cross_entropy
 from lit_fl.steps.optim import SGDConfig
 
@@ -65,10 +72,13 @@ def soft_labels(targets: Tensor, target: TargetKind, temperature: float) -> Tens
 
 
 def target_loss(
-    logits: Tensor, targets: Tensor, loss: TargetLoss, target: TargetKind = "logits", temperature: float = 1.0
+    logits: Tensor, targets: Tensor, loss: TargetLoss, target: TargetKind = "logits", temperature: float = 1.0,
+    x: Tensor | None = None,
 ) -> Tensor:
     """The loss of ``logits`` against fixed ``targets`` (see the module docstring; without ``weight``), in float32
-    (float64 in a float64 run)."""
+    (float64 in a float64 run). With the inputs ``x`` of a token batch, over the positions whose input is not PAD."""
+    if x is not None:
+        logits, targets = distilled_rows(logits, x), distilled_rows(targets, x)
     z = at_least_float32(logits)
     if loss == "l1":
         return (z - at_least_float32(targets)).abs().mean()
@@ -136,7 +146,7 @@ class TargetDistillation(L.LightningModule):
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         x, targets = batch
-        loss = self.weight * target_loss(self.model(x), targets, self.loss_name, self.target, self.temperature)
+        loss = self.weight * target_loss(self.model(x), targets, self.loss_name, self.target, self.temperature, x)
         self.loss_sum = self.loss_sum.to(loss.device) + loss.detach()
         self.num_batches += 1
         return loss
@@ -172,4 +182,16 @@ class BatchedTargetDistillation(BatchedClientStep):
         self.temperature, self.weight = first.temperature, first.weight
 
     def client_losses(self, x: Tensor, y: Tensor, weight: Tensor) -> Tensor:
-        return self.weight * batched_soft_cross_entropy(y, self.slot_logits(0, x), weight, self.temperature)
+        logits = self.slot_logits(0, x)
+        if is_token_batch(x.flatten(0, 1)):  # every client's mean over its batch's positions whose input is not PAD
+            y, logits, weight = flat_positions(y, 1), flat_positions(logits, 1), input_token_weights(x, weight)
+        return self.weight * batched_soft_cross_entropy(y, logits, weight, self.temperature)
+
+
+def input_token_weights(x: Tensor, weight: Tensor) -> Tensor:
+    """Per-client token batches as rows: inputs ``x`` ``[G, B, T]`` and the per-sample weights ``[G, B]`` of
+    :class:`~lit_fl.data.batches.StackedBatches` become weights ``[G, B*T]``, ``1 / m_g`` on the ``m_g`` positions of
+    client g's real samples whose input is not PAD and 0 elsewhere (a weighted sum is every client's mean over them)."""
+    mask = ((x != PAD) & (weight > 0).unsqueeze(-1)).to(weight.dtype)
+    per_token = mask / mask.sum(dim=(1, 2), keepdim=True).clamp_min(1.0)
+    return per_token.reshape(x.shape[0], -1)
