@@ -17,6 +17,7 @@ from conftest import run_cli, tiny_config, write_config
 from lit_fl.config import DataConfig, ModelsConfig
 from lit_fl.data import load_dataset
 from lit_fl.data.proxy import ProxyConfig, proxy_batches
+from lit_fl.data.registry import list_datasets
 from lit_fl.data.torchvision_specs import SPECS
 from lit_fl.errors import ConfigError
 from lit_fl.federation.builder import build_federation
@@ -107,9 +108,9 @@ def test_proxy_batches_are_epochs_of_permutations_from_the_generator() -> None:
 
 @pytest.mark.parametrize(("build", "message"), [
     (lambda: ProxyConfig(size=0), "data.proxy.size must be >= 1, got 0"),
-    (lambda: ProxyConfig(dataset="imagenet"), "data.proxy.dataset: unknown dataset 'imagenet'; allowed: cifar10, "
-     "cifar100, digits, fmnist, mnist, mnist5k, svhn, synthetic (or module:loader of your own, or null for the "
-     "held-out slice of data.server_fraction)"),
+    (lambda: ProxyConfig(dataset="imagenet"), "data.proxy.dataset: unknown dataset 'imagenet'; allowed: "
+     f"{', '.join(list_datasets())} (or module:loader of your own, or null for the held-out slice of "
+     "data.server_fraction)"),
     (lambda: DataConfig(proxy={"sise": 3}), "data.proxy: unknown key 'sise'; allowed: dataset, size, options"),
     (lambda: federation({"size": 500}, server_fraction=0.25),
      "data.proxy.size: 500 samples asked, the held-out slice (data.server_fraction) has 75; allowed: 1..75 "
