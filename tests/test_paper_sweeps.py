@@ -44,6 +44,8 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
                         FEDORION + ["--models.pool", "[cnn_bn_4, cnn_bn_2]"]),
     "fedorion_table4": ({"models.pool": H_HET + ["wrn_16_1"]},  # the sweep's WRN16 global model, small company
                         FEDORION + ["--models.pool", "[resnet18_2_4_8_16, wrn_16_1]"]),
+    "fedorion_table4_noise": ({"algorithm.init_args.noise": "dead_leaves"},
+                              FEDORION + ["--models.pool", "[cnn_bn_4, cnn_bn_2]"]),
     "fedorion_fig3": ({"models.pool": H_HET + ["wrn_40_1"] * 8},
                       FEDORION + ["--data.num_clients", "6",
                                   "--models.pool", "[resnet18_2_4_8_16, wrn_10_1, wrn_10_1]"]),  # a repeated model
@@ -76,7 +78,8 @@ def _fit(tmp_path: Path, name: str, args: list[str], overrides: list[str]) -> di
 
 def test_every_figure_and_new_table_sweep_has_a_one_round_case() -> None:
     new = {"dfml_table5_images", "dfml_table7", "dfml_table8", "dfml_fig12", "dfml_ablations", "dfml_fig19",
-           "fedorion_table3", "fedorion_table4", "fedorion_fig3", "uapdfl_table3", "uapdfl_table4", "uapdfl_table5",
+           "fedorion_table3", "fedorion_table4", "fedorion_table4_noise", "fedorion_fig3", "uapdfl_table3",
+           "uapdfl_table4", "uapdfl_table5",
            "uapdfl_fig13", "defkt_fig4", "defkt_fig5", "defkt_fig5_zeta4", "defkt_fig6", "codistillation_table1_fed"}
     assert all((ROOT / "sweeps" / f"{name}.yaml").is_file() for name in new)
     assert new == set(CASES) | {"uapdfl_table5", "codistillation_table1_fed"}  # those two have their own tests below
