@@ -20,3 +20,7 @@ BNStats = Literal["current", "running"]
 StudentRunningStats = Literal["keep", "update"]
 BN_STATS: tuple[str, ...] = ("current", "running")
 STUDENT_RUNNING_STATS: tuple[str, ...] = ("keep", "update")
+
+#: FedORION's ``noise``: the samples of the server's proxyless distillation (Table 4, left)
+NoiseKind = Literal["gaussian", "dead_leaves"]
+NOISES: tuple[str, ...] = ("gaussian", "dead_leaves")

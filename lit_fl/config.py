@@ -33,7 +33,8 @@ class DataConfig:
         zeta: shards per client for ``shards`` (Def-KT).
         val_fraction: share of every client's partition kept for its validation split (SPEC: 0.2).
         server_fraction: share of the train set held out from every client as unlabeled server data
-            (codistillation's distillation set, the default source of ``proxy``); 0 = none.
+            (the default source of ``proxy``; codistillation's distillation set, ``proxy.size`` samples of it);
+            0 = none.
         proxy: unlabeled public (proxy) data on the server for the distillation baselines (FedDF, ...):
             ``{dataset: NAME | null, size: N | null, options: {...}}``; ``dataset: null`` = the held-out slice of
             ``server_fraction``, a name = that dataset's train split (inputs of the federation's shape); ``size``

@@ -45,8 +45,9 @@ TINY_ARGS = {
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread (conftest)
 
 
-def federation(server_fraction: float = 0.2) -> Any:
-    data = DataConfig(dataset="synthetic", num_clients=4, server_fraction=server_fraction, options=dict(TINY_OPTIONS))
+def federation(server_fraction: float = 0.2, proxy: dict | None = None) -> Any:
+    data = DataConfig(dataset="synthetic", num_clients=4, server_fraction=server_fraction, options=dict(TINY_OPTIONS),
+                      proxy=proxy)  # type: ignore[arg-type]
     dataset = load_dataset("synthetic", seed=0, **TINY_OPTIONS)
     return build_federation(dataset, data, ModelsConfig(pool=[SMALL]), seed=0)
 
@@ -251,6 +252,27 @@ def test_missing_server_split_is_a_clear_error(tmp_path: Path) -> None:
     assert result.rc == 2
     assert NO_SERVER_DATA in result.err and len(result.err.strip().splitlines()) == 1
     assert not (tmp_path / "runs" / "x").exists()
+
+
+def test_the_distillation_set_is_data_proxy_size_samples_of_the_held_out_slice() -> None:
+    """Fig. 4's key: ``data.proxy.size: 10`` of the 80 held-out samples (0.2 of 400); one epoch of batches of 4
+    (3 steps: 4 + 4 + 2) shows each of those 10 samples once and nothing else."""
+    fed = federation(proxy={"size": 10})
+    algo = MergedCodist(**{**TINY_ARGS, "distill_steps": 3, "distill_batch_size": 4})
+    algo.setup(fed)
+    assert len(fed.server_idx) == 80 and len(fed.proxy_idx) == 10
+    assert set(fed.proxy_idx.tolist()) <= set(fed.server_idx.tolist())
+    shown = torch.cat([x for x, _ in algo.distill_batches(fed)])
+    assert [len(x) for x, _ in algo.distill_batches(fed)] == [4, 4, 2]
+    flat, proxy = fed.data.train_x.reshape(400, -1), fed.data.train_x[fed.proxy_idx].reshape(10, -1)
+    rows = sorted(int(torch.nonzero((flat == x.reshape(1, -1)).all(1))[0, 0]) for x in shown)
+    assert rows == sorted(fed.proxy_idx.tolist()) and torch.equal(fed.proxy.reshape(10, -1), proxy)
+
+
+def test_another_datasets_proxy_is_refused_in_one_line() -> None:
+    fed = federation(proxy={"dataset": "synthetic", "options": dict(TINY_OPTIONS)})
+    with pytest.raises(ValueError, match="data.proxy.dataset: codistillation distils on the held-out slice"):
+        PeriodicCodist(**TINY_ARGS).setup(fed)
 
 
 @pytest.mark.parametrize(

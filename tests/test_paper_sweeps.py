@@ -44,6 +44,8 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
                         FEDORION + ["--models.pool", "[cnn_bn_4, cnn_bn_2]"]),
     "fedorion_table4": ({"models.pool": H_HET + ["wrn_16_1"]},  # the sweep's WRN16 global model, small company
                         FEDORION + ["--models.pool", "[resnet18_2_4_8_16, wrn_16_1]"]),
+    "fedorion_table4_noise": ({"algorithm.init_args.noise": "dead_leaves"},
+                              FEDORION + ["--models.pool", "[cnn_bn_4, cnn_bn_2]"]),
     "fedorion_fig3": ({"models.pool": H_HET + ["wrn_40_1"] * 8},
                       FEDORION + ["--data.num_clients", "6",
                                   "--models.pool", "[resnet18_2_4_8_16, wrn_10_1, wrn_10_1]"]),  # a repeated model
@@ -53,6 +55,11 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
                       SYNTHETIC + ["--models.pool", "[cnn_4]"]),
     "uapdfl_fig13": ({"algorithm.init_args": {"client_dropout": False, "layer_wise": True}},
                      SYNTHETIC + ["--models.pool", "[cnn_4]", "--algorithm.init_args.num_peers", "2"]),
+    "codistillation_fig4": ({"config": "experiments/codistillation/table1_merged_codist.yaml", "data.proxy.size": 150},
+                            [*SYNTHETIC, "--data.partition", "iid", "--data.options",
+                             '{"num_classes": 4, "input_shape": [3, 32, 32], "num_train": 600, "num_test": 16}',
+                             "--algorithm.init_args.clients_per_round", "1",
+                             "--algorithm.init_args.distill_steps", "2"]),
     "defkt_fig4": ({"config": "experiments/defkt/mnist_defkt.yaml"}, SYNTHETIC + ["--models.pool", "[cnn_4]"]),
     "defkt_fig5": ({"config": "experiments/defkt/fmnist_combo.yaml"}, SYNTHETIC + ["--models.pool", "[cnn_4]"]),
     "defkt_fig5_zeta4": ({"config": "experiments/defkt/fmnist_fullavg.yaml"}, SYNTHETIC + ["--models.pool", "[cnn_4]"]),
@@ -76,8 +83,10 @@ def _fit(tmp_path: Path, name: str, args: list[str], overrides: list[str]) -> di
 
 def test_every_figure_and_new_table_sweep_has_a_one_round_case() -> None:
     new = {"dfml_table5_images", "dfml_table7", "dfml_table8", "dfml_fig12", "dfml_ablations", "dfml_fig19",
-           "fedorion_table3", "fedorion_table4", "fedorion_fig3", "uapdfl_table3", "uapdfl_table4", "uapdfl_table5",
-           "uapdfl_fig13", "defkt_fig4", "defkt_fig5", "defkt_fig5_zeta4", "defkt_fig6", "codistillation_table1_fed"}
+           "fedorion_table3", "fedorion_table4", "fedorion_table4_noise", "fedorion_fig3", "uapdfl_table3",
+           "uapdfl_table4", "uapdfl_table5",
+           "uapdfl_fig13", "defkt_fig4", "defkt_fig5", "defkt_fig5_zeta4", "defkt_fig6", "codistillation_table1_fed",
+           "codistillation_fig4"}
     assert all((ROOT / "sweeps" / f"{name}.yaml").is_file() for name in new)
     assert new == set(CASES) | {"uapdfl_table5", "codistillation_table1_fed"}  # those two have their own tests below
 

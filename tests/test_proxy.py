@@ -71,6 +71,14 @@ def test_the_held_out_slice_gives_size_samples_no_client_holds_drawn_by_the_seed
     assert torch.equal(everything, fed.data.train_x[fed.server_idx])
 
 
+def test_proxy_idx_are_the_train_indices_of_a_held_out_proxy() -> None:
+    """``federation.proxy_idx`` (codistillation's distillation set): the train rows of ``federation.proxy`` when the
+    proxy is the held-out slice, all of ``server_idx`` for ``size: null``."""
+    fed = federation({"size": 40}, server_fraction=0.25)
+    assert len(fed.proxy_idx) == 40 and torch.equal(fed.data.train_x[fed.proxy_idx], fed.proxy)
+    assert torch.equal(federation({}, server_fraction=0.25).proxy_idx, fed.server_idx)
+
+
 def test_no_proxy_without_a_held_out_slice_or_dataset() -> None:
     assert len(federation({}).proxy) == 0
 
@@ -87,8 +95,8 @@ def test_a_second_dataset_in_its_real_on_disk_format_is_the_proxy_inputs_only(tm
     assert len(set(drawn)) == 12 and all(0 <= i < 30 for i in drawn) and drawn == sorted(drawn)
     for x, i in zip(raw, drawn):
         torch.testing.assert_close(x * 255, torch.from_numpy(images[i]).float(), atol=1e-4, rtol=0)
-    whole = federation({"dataset": "fmnist"}, root=tmp_path).proxy
-    assert whole.shape == (30, 1, 28, 28)
+    whole = federation({"dataset": "fmnist"}, root=tmp_path)
+    assert whole.proxy.shape == (30, 1, 28, 28) and whole.proxy_idx is None  # no train indices of the federation
 
 
 def test_proxy_batches_are_epochs_of_permutations_from_the_generator() -> None:

@@ -6,6 +6,7 @@ import os
 import pickle
 import struct
 import urllib.error
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ import torchvision.datasets as tvd
 
 from lit_fl.data import list_datasets, load_dataset
 from lit_fl.data.torchvision_sets import SPECS, DatasetDownloadError, DatasetNotFoundError
+from lit_fl.errors import ConfigError
 
 NAMES = ["cifar10", "cifar100", "fmnist", "mnist", "svhn"]
 N_TRAIN, N_TEST = 10, 4  # CIFAR-10 spreads N_TRAIN over its 5 train batches
@@ -56,8 +58,10 @@ def _fake_mnist(root: Path, name: str) -> None:
         _write_idx(raw / f"{prefix}-labels-idx1-ubyte", _labels(name, n))
 
 
-def _fake_cifar(root: Path, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Pickled batches in torchvision's layout; md5 checks become "file exists"."""
+def _fake_cifar(root: Path, name: str, monkeypatch: pytest.MonkeyPatch,
+                make: Callable[[bool, int], np.ndarray] | None = None) -> None:
+    """Pickled batches in torchvision's layout (``make(train, n)``'s uint8 ``(N, 3, 32, 32)`` images, default
+    :func:`_images_nchw`); md5 checks become "file exists"."""
     monkeypatch.setattr(tvd.cifar, "check_integrity", lambda fpath, md5=None: os.path.isfile(fpath))
     cls = getattr(tvd, SPECS[name].cls_name)
     folder = root / cls.base_folder
@@ -65,7 +69,8 @@ def _fake_cifar(root: Path, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     label_key = "labels" if name == "cifar10" else "fine_labels"
     train_files, test_files = [f for f, _ in cls.train_list], [f for f, _ in cls.test_list]
     for files, train, n in ((train_files, True, N_TRAIN), (test_files, False, N_TEST)):
-        images, labels = _images_nchw(name, train, n, 32).reshape(n, -1), _labels(name, n)
+        images = (make(train, n) if make else _images_nchw(name, train, n, 32)).reshape(n, -1)
+        labels = _labels(name, n)
         for part, file_name in zip(np.array_split(np.arange(n), len(files)), files, strict=True):
             entry = {"data": images[part], label_key: labels[part].tolist()}
             (folder / file_name).write_bytes(pickle.dumps(entry))
@@ -144,6 +149,44 @@ def test_loads_fake_files(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyP
         torch.testing.assert_close(x, expected)
 
 
+def _ramps(train: bool, n: int) -> np.ndarray:
+    """uint8 ``(N, 3, 32, 32)``: channel 0 a ramp along the width (8 x column), channel 1 along the height (8 x row),
+    channel 2 constant 100 (train) or 200 (test)."""
+    ramp = 8 * np.arange(32, dtype=np.uint8)
+    x = np.empty((n, 3, 32, 32), dtype=np.uint8)
+    x[:, 0], x[:, 1], x[:, 2] = ramp[None, :], ramp[:, None], 100 if train else 200
+    return x
+
+
+@pytest.mark.parametrize("name", ["cifar10", "cifar100"])
+def test_cifar_resized_to_64_by_hand(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``size: 64`` doubles each side, bilinear with half-pixel centres: output pixel j samples the source at
+    j / 2 - 1/4, clamped to [0, 31]. A ramp 8 c becomes 0, 2, 6, 10, ..., 4 j - 2, ..., 246, 248 (j = 0, 1..62, 63);
+    a constant stays constant. Tolerance: a few float32 roundings (weights, /255, normalising and back) of values
+    <= 1, times 255: 255 * 8 eps."""
+    _fake_cifar(tmp_path, name, monkeypatch, make=_ramps)
+    ds = load_dataset(name, root=tmp_path, download=False, size=64)
+    assert ds.train_x.shape == (N_TRAIN, 3, 64, 64) and ds.test_x.shape == (N_TEST, 3, 64, 64)
+    spec = SPECS[name]
+    mean, std = torch.tensor(spec.mean).view(1, 3, 1, 1), torch.tensor(spec.std).view(1, 3, 1, 1)
+    j = torch.arange(64, dtype=torch.float32)
+    ramp = torch.cat([torch.zeros(1), 4 * j[1:63] - 2, torch.full((1,), 248.0)])
+    atol = 255 * 8 * torch.finfo(torch.float32).eps
+    for x, constant in ((ds.train_x, 100.0), (ds.test_x, 200.0)):
+        pixels = (x * std + mean) * 255
+        torch.testing.assert_close(pixels[:, 0], ramp.expand(len(x), 64, 64), atol=atol, rtol=0)
+        torch.testing.assert_close(pixels[:, 1], ramp[:, None].expand(len(x), 64, 64), atol=atol, rtol=0)
+        torch.testing.assert_close(pixels[:, 2], torch.full((len(x), 64, 64), constant), atol=atol, rtol=0)
+    same = load_dataset(name, root=tmp_path, download=False, size=32)  # the original size: unchanged
+    assert torch.equal(same.train_x, load_dataset(name, root=tmp_path, download=False).train_x)
+
+
+@pytest.mark.parametrize("size", [0, 6.5, True])
+def test_a_bad_size_is_one_line_naming_the_key(size: object, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"^data.options.size: the side of the resized cifar100 images must be an "):
+        load_dataset("cifar100", root=tmp_path, download=False, size=size)
+
+
 def _offline(*args: object, **kwargs: object) -> None:
     raise urllib.error.URLError("offline")
 
@@ -209,3 +252,23 @@ def test_a_missing_benchmark_is_refused_by_the_config_checks_unless_a_loader_is_
     check_dataset_files(DataConfig(dataset="mnist", root=str(tmp_path), download=True))  # fetched when it loads
     monkeypatch.setitem(registry.DATASETS._entries, "mnist", lambda **kwargs: None)  # a user loader: theirs to check
     check_dataset_files(DataConfig(dataset="mnist", root=str(tmp_path)))
+
+
+def test_cifar100_at_64_is_a_proxy_of_tiny_imagenets_shape(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """FedORION Table 2's Tiny-ImageNet baselines: ``data.proxy: {dataset: cifar100, options: {size: 64}}`` beside a
+    federation of 3 x 64 x 64 images (at 32 x 32 it is refused for its shape)."""
+    from lit_fl.config import DataConfig, ModelsConfig
+    from lit_fl.federation.builder import build_federation
+
+    _fake_cifar(tmp_path, "cifar100", monkeypatch, make=_ramps)
+    options = {"num_classes": 4, "input_shape": [3, 64, 64], "num_train": 40, "num_test": 8}
+
+    def federation(proxy: dict) -> object:
+        data = DataConfig(dataset="synthetic", num_clients=2, options=options, proxy=proxy,  # type: ignore[arg-type]
+                          root=str(tmp_path))
+        return build_federation(load_dataset("synthetic", **options), data, ModelsConfig(pool=["cnn_4"]), 0)
+
+    fed = federation({"dataset": "cifar100", "size": 6, "options": {"size": 64}})
+    assert fed.proxy.shape == (6, 3, 64, 64)
+    with pytest.raises(ConfigError, match="data.proxy.dataset: cifar100 has inputs of shape 3x32x32"):
+        federation({"dataset": "cifar100"})

@@ -15,9 +15,11 @@ pseudo-gradient ``g = W_server - sum_n d_n W_n / sum_n d_n`` (weighted by train 
 (``global_acc`` is the mean over clients of their last local small model, ``global_acc_large`` likewise).
 
 Codistillation runs on the server on the unlabeled held-out split ``federation.server_idx``
-(``data.server_fraction > 0``) with :class:`~lit_fl.steps.distillation.ServerCodistillation`: both server
-models are students, each distilled from a snapshot of the other (teacher temperature ``T``) with the
-student regularisation ``b`` towards its own start, by Adam, for ``distill_steps`` batches.
+(``data.server_fraction > 0``), or on ``data.proxy.size`` samples of it drawn by the seed
+(``federation.proxy_idx``; the distillation-set sizes of the paper's Fig. 4, App. D.2), with
+:class:`~lit_fl.steps.distillation.ServerCodistillation`: both server models are students, each distilled from a
+snapshot of the other (teacher temperature ``T``) with the student regularisation ``b`` towards its own start, by
+Adam, for ``distill_steps`` batches.
 
 * :class:`PeriodicCodist` (Algorithm 1): every ``period`` rounds (200), after that round's FedAvg step, the
   students replace the server models and the FedAdam states are reset (paper C.4).
@@ -74,6 +76,8 @@ DecayRounds = Annotated[int, Bounds(1, note="(or null for a constant rate)")]
 SMALL, LARGE = "small", "large"
 POOLS = (SMALL, LARGE)
 NO_SERVER_DATA = "Codistillation needs unlabeled server data: set data.server_fraction > 0"
+OWN_SLICE_ONLY = ("data.proxy.dataset: codistillation distils on the held-out slice of its own train split "
+                  "(data.server_fraction; data.proxy.size draws a subset of it), not on another dataset; allowed: null")
 
 
 class Codistillation(Algorithm):
@@ -191,6 +195,8 @@ class Codistillation(Algorithm):
         large models (a resumed run loads their weights afterwards)."""
         import torch
 
+        if federation.proxy_idx is None:
+            raise ConfigError(OWN_SLICE_ONLY)
         if len(federation.server_idx) == 0:
             raise ConfigError(NO_SERVER_DATA)
         other = sorted({c.arch for c in federation.clients} - {self.small_arch})
@@ -369,11 +375,12 @@ class Codistillation(Algorithm):
         return dict(zip(POOLS, students)), loss
 
     def distill_batches(self, federation: Federation) -> Iterator[tuple[Tensor, Tensor]]:
-        """``distill_steps`` shuffled batches of the server split (epochs repeat as needed). The labels are
-        carried along but never used."""
+        """``distill_steps`` shuffled batches of the distillation set (the held-out slice, or ``data.proxy.size``
+        samples of it; epochs repeat as needed). The labels are carried along but never used."""
         from lit_fl.data.batches import ClientBatches
 
-        data, idx = federation.data, federation.server_idx
+        data, idx = federation.data, federation.proxy_idx
+        assert idx is not None  # setup refuses another dataset's proxy
         per_epoch = -(-len(idx) // self.distill_batch_size)
         batches = ClientBatches(
             data.train_x,

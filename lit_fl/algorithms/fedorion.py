@@ -19,7 +19,8 @@ role of the paper). Each round:
 5. Proxyless distillation (sec. 3.3, Eq. 3): ``server_epochs`` (T_s) epochs of ``noise_steps`` batches of ``z ~ N(0,
    I)`` (``noise_batch_size`` = 128; Algorithm 1: "for each epoch r_s = 1..T_s: sample a batch of noise", so
    ``noise_steps`` = 1), the received local models as teachers with BatchNorm on the current batch statistics,
-   weighted by sample count, SGD lr 0.001 momentum 0.9 (:class:`NoiseDistillation`).
+   weighted by sample count, SGD lr 0.001 momentum 0.9 (:class:`NoiseDistillation`). ``noise: dead_leaves``
+   draws dead-leaves images instead (Table 4 left, "DL"; :mod:`lit_fl.steps.dead_leaves`) from the same stream.
 
 The clients' (local) models are reported as ``global_acc`` / ``local_acc``; the global model as
 ``server_acc/global``. Traffic: server -> client transfers are ledger ``give_back(-1, client)``, client -> server
@@ -38,7 +39,15 @@ from typing import TYPE_CHECKING, Any, Literal
 from lit_fl import steps
 from lit_fl.algorithms.base import Algorithm, RoundResult, nanmean, phase_losses
 from lit_fl.algorithms.registry import register_algorithm
-from lit_fl.choices import BN_STATS, STUDENT_RUNNING_STATS, BNStats, StudentRunningStats, SupervisedLoss
+from lit_fl.choices import (
+    BN_STATS,
+    NOISES,
+    STUDENT_RUNNING_STATS,
+    BNStats,
+    NoiseKind,
+    StudentRunningStats,
+    SupervisedLoss,
+)
 from lit_fl.constraints import (
     BatchStatisticsSize,
     Fraction,
@@ -83,6 +92,9 @@ class FedORION(Algorithm):
         server_epochs: T_s, epochs of noise distillation per round (paper: 5; 0 = no distillation, ablation).
         noise_steps: noise batches per server epoch (Algorithm 1: one batch per epoch r_s).
         noise_batch_size: noise samples per batch (paper: 128).
+        noise: the distillation samples: ``gaussian``, ``z ~ N(0, I)`` (the paper's method, Table 4 left "GN"), or
+            ``dead_leaves``, dead-leaves images of random disks (Table 4 left "DL", Baradad Jurjo et al. 2021;
+            image datasets only).
         server_lr: the server's SGD learning rate (paper: 0.001).
         server_momentum: the server's SGD momentum (paper: 0.9).
         server_weight_decay: the server's SGD weight decay (paper: none, 0).
@@ -121,6 +133,7 @@ class FedORION(Algorithm):
         server_epochs: NonNegativeInt = 5,
         noise_steps: PositiveInt = 1,
         noise_batch_size: BatchStatisticsSize = 128,
+        noise: NoiseKind = "gaussian",
         server_lr: float = 0.001,
         server_momentum: float = 0.9,
         server_weight_decay: float = 0.0,
@@ -158,6 +171,8 @@ class FedORION(Algorithm):
                 f"algorithm.student_running_stats must be one of {', '.join(STUDENT_RUNNING_STATS)}; "
                 f"got {student_running_stats!r}"
             )
+        if noise not in NOISES:
+            raise ConfigError(f"algorithm.noise must be one of {', '.join(NOISES)}; got {noise!r}")
         if aggregation not in ("uniform", "samples"):
             raise ConfigError(f"algorithm.aggregation must be one of uniform, samples; got {aggregation!r}")
         self.global_arch = global_arch
@@ -167,6 +182,7 @@ class FedORION(Algorithm):
         self.server_epochs = server_epochs
         self.noise_steps = noise_steps
         self.noise_batch_size = noise_batch_size
+        self.noise: NoiseKind = noise
         self.global_optimizer = SGDConfig(global_lr, momentum, weight_decay, key="algorithm.global_")
         self.server_optimizer = SGDConfig(server_lr, server_momentum, server_weight_decay, key="algorithm.server_")
         self.bn_stats: BNStats = bn_stats
@@ -317,6 +333,7 @@ class FedORION(Algorithm):
             federation.rng.data_order,
             runner.device,
             channels_last=_memory_format(server) == torch.channels_last,
+            kind=self.noise,
         )
         return runner.train(step, noise)
 

@@ -9,7 +9,8 @@ sec. 4: FedMD, KT-pFL, FedDF, DS-FL, FDmeta, FedKEMF); docs/baselines.md "Proxy 
   for CIFAR-10 (FedORION sec. 4: "For CIFAR10, we use CIFAR100 as the proxy dataset for all the baselines").
   Its inputs must have the federation's input shape.
 
-``size`` samples are drawn from that source without replacement by the partition seed (``null``: all of it). Labels
+``size`` samples are drawn from that source without replacement by the partition seed (``null``: all of it); from the
+held-out slice, :func:`held_out_proxy_idx` gives their train indices (codistillation's distillation set). Labels
 are never kept: :attr:`Federation.proxy <lit_fl.federation.state.Federation.proxy>` is the ``(size, C, H, W)``
 tensor of inputs only, on the models' device and memory layout; :func:`proxy_batches` shuffles it into batches
 from ``federation.rng.data_order`` (checkpointed, so a resumed run draws the same batches).
@@ -30,7 +31,8 @@ if TYPE_CHECKING:
 
     from lit_fl.data.dataset import ImageDataset
 
-__all__ = ["PROXY_STREAM", "ProxyConfig", "as_proxy_config", "build_proxy", "draw", "proxy_batches"]
+__all__ = ["PROXY_STREAM", "ProxyConfig", "as_proxy_config", "build_proxy", "draw", "held_out_proxy_idx",
+           "proxy_batches"]
 
 
 def draw(num_available: int, size: int | None, seed: int, source: str) -> np.ndarray:
@@ -47,6 +49,20 @@ def draw(num_available: int, size: int | None, seed: int, source: str) -> np.nda
     return np.sort(rng.choice(num_available, size=size, replace=False))
 
 
+def held_out_proxy_idx(proxy: ProxyConfig, server_idx: np.ndarray, seed: int) -> np.ndarray | None:
+    """The train indices of the proxy samples when the proxy is the held-out slice (``data.proxy.dataset: null``):
+    ``size`` of ``server_idx`` drawn by :func:`draw` (all of it, in order, for ``size: null``); None when the proxy
+    is another dataset's."""
+    if proxy.dataset is not None:
+        return None
+    if len(server_idx) == 0:
+        if proxy.size is not None:
+            raise ConfigError("data.proxy.size: the proxy is the held-out slice (data.proxy.dataset: null) and "
+                              "data.server_fraction is 0; set data.server_fraction > 0 or data.proxy.dataset")
+        return server_idx
+    return server_idx[draw(len(server_idx), proxy.size, seed, "the held-out slice (data.server_fraction)")]
+
+
 def build_proxy(proxy: ProxyConfig, dataset: ImageDataset, server_idx: np.ndarray, seed: int, root: str = "data",
                 download: bool = False, channels_last: bool = False) -> Tensor:
     """The proxy inputs ``(size, C, H, W)`` on ``dataset``'s device, channels-last when the federation's images are
@@ -55,14 +71,11 @@ def build_proxy(proxy: ProxyConfig, dataset: ImageDataset, server_idx: np.ndarra
 
     device = dataset.train_x.device
     fmt = torch.channels_last if channels_last else torch.contiguous_format
-    if proxy.dataset is None:
-        if len(server_idx) == 0:
-            if proxy.size is not None:
-                raise ConfigError("data.proxy.size: the proxy is the held-out slice (data.proxy.dataset: null) and "
-                                  "data.server_fraction is 0; set data.server_fraction > 0 or data.proxy.dataset")
+    held_out = held_out_proxy_idx(proxy, server_idx, seed)
+    if held_out is not None:
+        if len(held_out) == 0:
             return dataset.train_x[:0].clone()
-        picked = draw(len(server_idx), proxy.size, seed, "the held-out slice (data.server_fraction)")
-        idx = torch.as_tensor(server_idx[picked], dtype=torch.long, device=device)
+        idx = torch.as_tensor(held_out, dtype=torch.long, device=device)
         return dataset.train_x[idx].contiguous(memory_format=fmt)
     from lit_fl.data.registry import load_dataset
 

@@ -11,7 +11,7 @@ from lit_fl.config import DataConfig, ModelsConfig
 from lit_fl.data.dataset import ImageDataset
 from lit_fl.data.natural import partition_natural
 from lit_fl.data.partition import class_proportions, partition, split_train_val
-from lit_fl.data.proxy import build_proxy
+from lit_fl.data.proxy import build_proxy, held_out_proxy_idx
 from lit_fl.errors import ConfigError
 from lit_fl.federation.faults import FaultsConfig
 from lit_fl.federation.state import Client, Federation
@@ -73,6 +73,8 @@ def build_federation(
     federation = Federation(clients, dataset, seed, graph, faults)
     federation.server_idx = torch.from_numpy(server_idx)
     federation.proxy = build_proxy(data.proxy, dataset, server_idx, seed, data.root, data.download, channels_last)
+    held_out = held_out_proxy_idx(data.proxy, server_idx, seed)
+    federation.proxy_idx = None if held_out is None else torch.from_numpy(held_out)
     return federation
 
 

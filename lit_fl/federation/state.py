@@ -201,6 +201,10 @@ class Federation:
         #: Unlabeled public (proxy) inputs ``(M, C, H, W)`` on the models' device (``data.proxy``, built by
         #: :func:`lit_fl.data.proxy.build_proxy`; empty without one); batches: :func:`lit_fl.data.proxy.proxy_batches`.
         self.proxy: Tensor = data.train_x[:0]
+        #: Train indices of the proxy samples when ``data.proxy`` is the held-out slice (``dataset: null``; all of
+        #: ``server_idx`` unless ``data.proxy.size``): codistillation's distillation set. None when the proxy is
+        #: another dataset's.
+        self.proxy_idx: Tensor | None = torch.empty(0, dtype=torch.long)
 
     @property
     def num_clients(self) -> int:

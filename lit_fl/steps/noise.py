@@ -1,5 +1,6 @@
-"""Gaussian-noise batches and the BatchNorm options of data-free distillation (see
-:mod:`lit_fl.steps.noise_distillation`); torch only, so configs can name the options without Lightning."""
+"""Noise batches of data-free distillation (see :mod:`lit_fl.steps.noise_distillation`): Gaussian noise or
+dead-leaves images (:mod:`lit_fl.steps.dead_leaves`); torch only, so configs can name the options without
+Lightning."""
 
 from __future__ import annotations
 
@@ -8,9 +9,13 @@ from collections.abc import Iterator, Sequence
 import torch
 from torch import Tensor
 
+from lit_fl.choices import NOISES, NoiseKind
+from lit_fl.steps.dead_leaves import dead_leaves
+
 
 class NoiseBatches:
-    """``steps`` batches ``(z, dummy)``, ``z ~ N(0, I)`` of shape ``(batch_size, *shape)``.
+    """``steps`` batches ``(z, dummy)`` of shape ``(batch_size, *shape)``: ``z ~ N(0, I)`` (``kind="gaussian"``) or
+    standardised dead-leaves images (``kind="dead_leaves"``, image shapes ``(C, H, W)`` only).
 
     ``z`` is drawn on the CPU from ``generator`` (identical on every device, so a resumed run draws the same
     noise) and moved to ``device``; ``dummy`` is an empty label tensor (the steps ignore it). Iterating twice
@@ -25,15 +30,27 @@ class NoiseBatches:
         generator: torch.Generator,
         device: torch.device | str = "cpu",
         channels_last: bool = False,
+        kind: NoiseKind = "gaussian",
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"noise batch_size must be >= 1, got {batch_size}")
         if steps < 0:
             raise ValueError(f"noise steps must be >= 0, got {steps}")
+        if kind not in NOISES:
+            raise ValueError(f"noise kind must be one of {', '.join(NOISES)}, got {kind!r}")
+        if kind == "dead_leaves" and len(shape) != 3:
+            raise ValueError(f"dead_leaves noise needs image inputs (C, H, W), got the shape {tuple(shape)}")
         self.shape = tuple(int(s) for s in shape)
         self.batch_size, self.steps = batch_size, steps
         self.generator, self.device = generator, torch.device(device)
         self.channels_last = channels_last and len(self.shape) == 3
+        self.kind: NoiseKind = kind
+
+    def draw(self) -> Tensor:
+        """One batch on the CPU, from the generator."""
+        if self.kind == "dead_leaves":
+            return dead_leaves(self.batch_size, self.shape, self.generator)
+        return torch.randn((self.batch_size, *self.shape), generator=self.generator)
 
     def __len__(self) -> int:
         return self.steps
@@ -41,7 +58,7 @@ class NoiseBatches:
     def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
         dummy = torch.empty(0, dtype=torch.long, device=self.device)
         for _ in range(self.steps):
-            z = torch.randn((self.batch_size, *self.shape), generator=self.generator).to(self.device)
+            z = self.draw().to(self.device)
             if self.channels_last:
                 z = z.contiguous(memory_format=torch.channels_last)
             yield z, dummy
