@@ -2,6 +2,7 @@
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 PYTEST_ARGS ?=
+TEST_WORKERS ?= auto  # pytest-xdist workers (auto: one per core); 0 runs in this process
 
 .PHONY: install demo test test-fast fuzz mutate lint bench reproduce clean
 
@@ -12,11 +13,11 @@ demo:  ## DFML on the bundled MNIST subset, then decentralized FedAvg on the sam
 	lit-fl fit --config experiments/quickstart.yaml --name quickstart-dfml-$$(date +%Y%m%d-%H%M%S)
 	lit-fl fit --config experiments/quickstart_fedavg.yaml --name quickstart-fedavg-$$(date +%Y%m%d-%H%M%S)
 
-test:  ## the whole suite (a few end-to-end tests are marked slow; all run here)
-	WANDB_MODE=offline WANDB_SILENT=true $(PYTHON) -m pytest -q $(PYTEST_ARGS)
+test:  ## the whole suite, one worker per core, a file's tests on one worker (a few end-to-end tests are marked slow; all run here)
+	WANDB_MODE=offline WANDB_SILENT=true $(PYTHON) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 test-fast:  ## everything but the slow end-to-end tests
-	WANDB_MODE=offline WANDB_SILENT=true $(PYTHON) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	WANDB_MODE=offline WANDB_SILENT=true $(PYTHON) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow" $(PYTEST_ARGS)
 
 fuzz:  ## the property-based tests (tests/test_fuzz_*.py) with random examples, 100 times as many as in make test
 	LIT_FL_HYPOTHESIS=fuzz WANDB_MODE=offline WANDB_SILENT=true $(PYTHON) -m pytest -q tests/test_fuzz_compare.py \
