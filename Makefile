@@ -2,7 +2,8 @@
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 PYTEST_ARGS ?=
-TEST_WORKERS ?= auto  # pytest-xdist workers (auto: one per core); 0 runs in this process
+# pytest-xdist workers: one per core this process may run on (at most 8); TEST_WORKERS=0 runs in this process
+TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(min(8, len(os.sched_getaffinity(0))))")
 
 .PHONY: install demo test test-fast fuzz mutate lint bench reproduce clean
 
