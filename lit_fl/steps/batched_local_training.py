@@ -43,6 +43,22 @@ class BatchedLocalTraining(BatchedClientStep):
         """The one slot: every client's model."""
         return self.slots[0]
 
+    def register_stacked(self, name: str, per_model: Sequence[Sequence[Tensor]]) -> None:
+        """Buffers ``name_0, name_1, ...``, one per stacked parameter of :attr:`slot` (in ``slot.parameters()``
+        order): the stack of each member model's own tensor for that parameter (``per_model[g][k]``: model ``g``'s
+        tensor for its ``k``-th parameter, e.g. its DisPFL mask or its SCAFFOLD correction). Not persistent; they
+        move with the step to the runner's device."""
+        count = 0
+        for rows, group in zip(self.slot.members, self.slot.groups):
+            for k in range(len(group.params)):
+                self.register_buffer(f"{name}_{count}", torch.stack([per_model[g][k] for g in rows]), persistent=False)
+                count += 1
+        self.stacked_counts = {**getattr(self, "stacked_counts", {}), name: count}
+
+    def stacked(self, name: str) -> list[Tensor]:
+        """The buffers :meth:`register_stacked` registered under ``name``, in ``slot.parameters()`` order."""
+        return [getattr(self, f"{name}_{i}") for i in range(self.stacked_counts[name])]
+
     def client_losses(self, x: Tensor, y: Tensor, weight: Tensor) -> Tensor:
         losses = batched_supervised_losses(self.slot_logits(0, x), y, weight, self.class_proportions,
                                            self.loss_name)

@@ -93,16 +93,11 @@ class BatchedMaskedTraining(BatchedLocalTraining):
         first = steps[0]
         super().__init__([s.model for s in steps], [s.class_proportions for s in steps], num_batches,
                          first.loss_name, first.optimizer_config)
-        self.num_masks = 0
-        for rows, group in zip(self.slot.members, self.slot.groups):  # in the order of the slot's parameters
-            for k in range(len(group.params)):
-                self.register_buffer(f"mask_{self.num_masks}", torch.stack([steps[g].masks()[k] for g in rows]),
-                                     persistent=False)
-                self.num_masks += 1
+        self.register_stacked("mask", [s.masks() for s in steps])
 
     def masks(self) -> list[Tensor]:
         """The stacked masks, one per stacked parameter of :attr:`slot` (in ``slot.parameters()`` order)."""
-        return [getattr(self, f"mask_{i}") for i in range(self.num_masks)]
+        return self.stacked("mask")
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         config = self.slot_optimizers[0]

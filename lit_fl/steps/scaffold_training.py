@@ -84,16 +84,11 @@ class BatchedScaffoldTraining(BatchedLocalTraining):
         first = steps[0]
         super().__init__([s.model for s in steps], [s.class_proportions for s in steps], num_batches,
                          first.loss_name, first.optimizer_config)
-        self.num_corrections = 0
-        for rows, group in zip(self.slot.members, self.slot.groups):  # in the order of the slot's parameters
-            for k in range(len(group.params)):
-                stacked = torch.stack([steps[g].corrections()[k] for g in rows])
-                self.register_buffer(f"correction_{self.num_corrections}", stacked, persistent=False)
-                self.num_corrections += 1
+        self.register_stacked("correction", [s.corrections() for s in steps])
 
     def corrections(self) -> list[Tensor]:
         """The stacked corrections, one per stacked parameter of :attr:`slot` (in ``slot.parameters()`` order)."""
-        return [getattr(self, f"correction_{i}") for i in range(self.num_corrections)]
+        return self.stacked("correction")
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         config = self.slot_optimizers[0]
