@@ -8,16 +8,12 @@ clients split over both ranks."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_cli, tiny_config, write_config
-from test_multi_process import fit_two_processes, one_thread
-from test_multi_process_fused import RTOL, TIMING
-
-from lit_fl.tracking import read_metrics
+from conftest import tiny_config
+from test_multi_process_fused import assert_two_processes_equal_one, fit_two_and_one
 
 pytestmark = pytest.mark.slow
 
@@ -60,30 +56,10 @@ def configs() -> dict[str, dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Every baseline at 2 processes (one torchrun launch) and at 1 process, all fused."""
-    root = tmp_path_factory.mktemp("baselines")
-    runs: list[list[str]] = []
-    for name, config in configs().items():
-        cfg = write_config(root / f"{name}.yaml", config)
-        runs.append(["fit", "--config", str(cfg), "--run_dir", str(root / "two"), "--name", name,
-                     "--trainer.devices", "2"])
-    fit_two_processes(runs, timeout=420)
-    with one_thread():
-        for name in configs():
-            result = run_cli("fit", "--config", root / f"{name}.yaml", "--run_dir", root / "one", "--name", name)
-            assert result.rc == 0, result.err
-    return root
+    """Every baseline at 2 processes and at 1 process, all fused."""
+    return fit_two_and_one(tmp_path_factory.mktemp("baselines"), configs())
 
 
 @pytest.mark.parametrize("name", list(METHODS))
 def test_two_fused_processes_equal_one_fused_process(root: Path, name: str) -> None:
-    two, one = (read_metrics(root / side / name / "metrics.csv") for side in ("two", "one"))
-    assert len(two) == len(one) == 3
-    for round_, (a, b) in enumerate(zip(two, one), start=1):
-        assert set(a) == set(b)
-        for key in sorted(set(a) - TIMING):
-            x, y = float(a[key]), float(b[key])
-            if math.isnan(y):
-                assert math.isnan(x), f"{name} round {round_} {key}: {x} vs NaN"
-                continue
-            assert abs(x - y) <= RTOL * max(abs(y), 1e-3), f"{name} round {round_} {key}: {x} vs {y}"
+    assert_two_processes_equal_one(root, name)

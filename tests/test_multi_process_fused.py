@@ -69,25 +69,24 @@ def configs() -> dict[str, dict[str, Any]]:
     return out
 
 
-@pytest.fixture(scope="module")
-def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Every method at 2 processes (one torchrun launch) and at 1 process, all fused."""
-    root = tmp_path_factory.mktemp("fused")
+def fit_two_and_one(root: Path, configs: dict[str, dict[str, Any]]) -> Path:
+    """Every config at 2 processes (one torchrun launch, into ``root/two``) and at 1 process (``root/one``)."""
     runs: list[list[str]] = []
-    for name, config in configs().items():
+    for name, config in configs.items():
         cfg = write_config(root / f"{name}.yaml", config)
         runs.append(["fit", "--config", str(cfg), "--run_dir", str(root / "two"), "--name", name,
                      "--trainer.devices", "2"])
     fit_two_processes(runs, timeout=420)
     with one_thread():
-        for name in configs():
+        for name in configs:
             result = run_cli("fit", "--config", root / f"{name}.yaml", "--run_dir", root / "one", "--name", name)
             assert result.rc == 0, result.err
     return root
 
 
-@pytest.mark.parametrize("name", list(configs()))
-def test_two_fused_processes_equal_one_fused_process(root: Path, name: str) -> None:
+def assert_two_processes_equal_one(root: Path, name: str) -> None:
+    """Run ``name``'s metrics at 2 processes equal 1 process's within :data:`RTOL`, round by round (wall time
+    aside)."""
     two, one = (read_metrics(root / side / name / "metrics.csv") for side in ("two", "one"))
     assert len(two) == len(one) == 3
     for round_, (a, b) in enumerate(zip(two, one), start=1):
@@ -98,3 +97,14 @@ def test_two_fused_processes_equal_one_fused_process(root: Path, name: str) -> N
                 assert math.isnan(x), f"{name} round {round_} {key}: {x} vs NaN"
                 continue
             assert abs(x - y) <= RTOL * max(abs(y), 1e-3), f"{name} round {round_} {key}: {x} vs {y}"
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every method at 2 processes and at 1 process, all fused."""
+    return fit_two_and_one(tmp_path_factory.mktemp("fused"), configs())
+
+
+@pytest.mark.parametrize("name", list(configs()))
+def test_two_fused_processes_equal_one_fused_process(root: Path, name: str) -> None:
+    assert_two_processes_equal_one(root, name)

@@ -37,6 +37,8 @@ class BatchedLocalTraining(BatchedClientStep):
         self.prox_mu = prox_mu
         self.start_weights = [[p.detach().clone() for p in group.params] for group in self.slot.groups
                               ] if prox_mu > 0 else []
+        #: how many buffers :meth:`register_stacked` registered under each name
+        self.stacked_counts: dict[str, int] = {}
 
     @property
     def slot(self) -> FusedSlot:
@@ -53,7 +55,7 @@ class BatchedLocalTraining(BatchedClientStep):
             for k in range(len(group.params)):
                 self.register_buffer(f"{name}_{count}", torch.stack([per_model[g][k] for g in rows]), persistent=False)
                 count += 1
-        self.stacked_counts = {**getattr(self, "stacked_counts", {}), name: count}
+        self.stacked_counts[name] = count
 
     def stacked(self, name: str) -> list[Tensor]:
         """The buffers :meth:`register_stacked` registered under ``name``, in ``slot.parameters()`` order."""
