@@ -19,7 +19,7 @@ from torch import Tensor
 import lit_fl.algorithms.codistillation as codist
 from lit_fl.algorithms import MergedCodist, PeriodicCodist
 from lit_fl.algorithms.codistillation import NO_SERVER_DATA, global_norm, merge_updates
-from lit_fl.algorithms.fedadam import FedAdam
+from lit_fl.algorithms.server_optimizers import FedAdam
 from lit_fl.config import DataConfig, ModelsConfig
 from lit_fl.data import load_dataset
 from lit_fl.federation.builder import build_federation

@@ -10,7 +10,7 @@ Every round each pool samples ``clients_per_round`` of its clients (independentl
 "sampling clients from P and P_H, respectively"); a sampled client downloads the pool's current server model,
 trains it for ``local_epochs`` (1) of plain SGD with batch 20 (paper C.3) and uploads it. The server forms the
 pseudo-gradient ``g = W_server - sum_n d_n W_n / sum_n d_n`` (weighted by train examples) and applies it with
-:class:`~lit_fl.algorithms.fedadam.FedAdam` (b1 0.9, b2 0.999, eps 1e-5). Server models live in
+:class:`~lit_fl.algorithms.server_optimizers.FedAdam` (b1 0.9, b2 0.999, eps 1e-5). Server models live in
 ``federation.server["small"]`` / ``["large"]`` and are evaluated as ``server_acc/small`` / ``server_acc/large``
 (``global_acc`` is the mean over clients of their last local small model, ``global_acc_large`` likewise).
 
@@ -54,8 +54,8 @@ import numpy as np
 
 from lit_fl import steps
 from lit_fl.algorithms.base import Algorithm, RoundResult, nanmean, phase_losses
-from lit_fl.algorithms.fedadam import FedAdam
 from lit_fl.algorithms.registry import register_algorithm
+from lit_fl.algorithms.server_optimizers import FedAdam
 from lit_fl.choices import SupervisedLoss
 from lit_fl.constraints import Bounds, PositiveFloat, PositiveInt, UnitInterval
 from lit_fl.errors import ConfigError

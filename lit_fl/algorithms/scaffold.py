@@ -6,8 +6,8 @@ and the server control variate ``c``; every client ``i`` holds a control variate
 part). Each round (Algorithm 1):
 
 1. ``S``: ``round(client_fraction * N)`` clients drawn from ``federation.rng.selection`` (line 3).
-2. The server sends ``(x, c)`` to every client of ``S`` (line 5): ledger ``give_back(-1, i, ...)`` of the model and of
-   ``c`` (a :class:`~lit_fl.federation.ledger.Payload` of the parameters' shapes).
+2. The server sends ``(x, c)`` to every client of ``S`` (line 5): the ledger carries the model and ``c`` (a
+   :class:`~lit_fl.federation.ledger.Payload` of the parameters' shapes) from its ``SERVER`` endpoint.
 3. Client ``i``: ``y_i <- x`` (line 6); ``K`` local steps (lines 7-10)
    ``y_i <- y_i - eta_l (g_i(y_i) - c_i + c)``; ``K`` = ``local_epochs`` epochs of batches of ``batch_size``,
    ``eta_l`` = ``lr``. The correction ``c - c_i`` is added to the mini-batch gradient before the optimizer step, so
@@ -18,10 +18,14 @@ part). Each round (Algorithm 1):
    (``control_step: effective``) eta_l here is ``lr / (1 - m)``, which is the paper's formula for plain SGD (m = 0);
    ``control_step: lr`` divides by ``lr`` as written (FL-bench's choice), which with m = 0.9 makes ``c_i`` ten times
    the mean gradient and the controls diverge (on mnist5k: ||c|| ~ 3e4 and the loss ~ 4e4 after 10 rounds).
-5. The client sends ``(Delta y_i, Delta c_i) = (y_i - x, c_i+ - c_i)`` (line 13; the ledger's ``send(i, -1, ...)``
-   of the model and of ``Delta c_i``) and keeps ``c_i <- c_i+`` (line 14).
+5. The client sends ``(Delta y_i, Delta c_i) = (y_i - x, c_i+ - c_i)`` (line 13; the ledger carries the model and
+   ``Delta c_i`` to ``SERVER``) and keeps ``c_i <- c_i+`` (line 14).
 6. Server (lines 16-17, :func:`server_update`): ``x <- x + eta_g / |S| sum_i Delta y_i``,
    ``c <- c + 1 / N sum_i Delta c_i`` (= ``|S| / N`` times the mean of the ``Delta c_i``).
+
+Steps 1-3 and 5's transfers are :class:`~lit_fl.algorithms.server.ServerAlgorithm`'s round; this class writes what the
+paper adds: ``c`` travelling with ``x`` (:meth:`SCAFFOLD.broadcast`), the corrected local steps, option II and
+``Delta c_i`` (:meth:`SCAFFOLD.collect`), and the server's two updates (:meth:`SCAFFOLD.server_update`).
 
 ``x`` includes the model's buffers (BatchNorm running statistics): they take the mean of the clients' buffers, as
 FedAvg averages them (integer counters: the first client's); control variates exist for parameters only. A client
@@ -35,18 +39,18 @@ baseline): SGD momentum 0.9, no weight decay, client lr 0.01, batch 32, 10 local
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from lit_fl import steps
-from lit_fl.algorithms.base import Algorithm, RoundResult, nanmean, phase_losses
 from lit_fl.algorithms.registry import register_algorithm
+from lit_fl.algorithms.server import GLOBAL, ServerAlgorithm, model_state
+from lit_fl.algorithms.updates import ClientUpdate, average_updates
 from lit_fl.choices import SupervisedLoss
 from lit_fl.constraints import Fraction, PositiveFloat
 from lit_fl.errors import ConfigError
-from lit_fl.federation.selection import select_fraction
+from lit_fl.federation.ledger import SERVER, Payload
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -56,7 +60,6 @@ if TYPE_CHECKING:
     from lit_fl.steps.phase import ClientWork
     from lit_fl.steps.runner import StepRunner
 
-GLOBAL = "global"
 #: the eta_l of option II: ``lr`` (the paper's plain SGD) or ``effective`` (``lr / (1 - momentum)``)
 ControlStep = Literal["effective", "lr"]
 
@@ -90,7 +93,7 @@ def server_update(x: Sequence[Tensor], delta_ys: Sequence[Sequence[Tensor]], c: 
 
 
 @register_algorithm
-class SCAFFOLD(Algorithm):
+class SCAFFOLD(ServerAlgorithm):
     """SCAFFOLD (Karimireddy et al. 2020, Algorithm 1, option II) with a central server; every client of one
     architecture starts from the same initialisation (Algorithm 1 starts every ``y_i`` at the server's ``x``).
 
@@ -136,28 +139,15 @@ class SCAFFOLD(Algorithm):
     # -- setup -------------------------------------------------------------------------------------------
 
     def setup(self, federation: Federation) -> None:
-        """Check the federation (one architecture, a mesh), create ``x`` from the clients' initialisation and
+        """The server model ``x`` (:class:`ServerAlgorithm`: one architecture, from the clients' initialisation) and
         ``c = 0``."""
         import torch
 
-        if federation.topology.name != "mesh":
-            raise ConfigError(
-                f"topology.name: SCAFFOLD is server based (every client reaches the server); "
-                f"{federation.topology.name!r} is not allowed; allowed: mesh"
-            )
-        archs = federation.architectures()
-        if len(archs) != 1:
-            raise ConfigError(f"models.pool: SCAFFOLD averages one architecture (homogeneous models), got {archs}")
-        if GLOBAL not in federation.server:
-            federation.server[GLOBAL] = copy.deepcopy(federation.clients[0].regular_model)
+        super().setup(federation)
         self.server_control = [torch.zeros_like(p.detach()) for p in federation.server[GLOBAL].parameters()]
         self.client_controls = {}
 
     # -- round -------------------------------------------------------------------------------------------
-
-    def select(self, federation: Federation) -> list[int]:
-        """``round(client_fraction * N)`` distinct clients (at least one), sorted."""
-        return select_fraction(federation, self.client_fraction)
 
     def control_lr(self) -> float:
         """The eta_l of option II: ``lr``, or with ``control_step: effective`` SGD momentum's effective step
@@ -179,62 +169,46 @@ class SCAFFOLD(Algorithm):
         step = steps.ScaffoldTraining(client.model, client.class_proportions, correction, self.loss, self.optimizer)
         return self.work(client, step, federation, self.local_epochs)
 
-    def run_round(
-        self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger
-    ) -> RoundResult:
-        from lit_fl.federation.ledger import Payload
+    def broadcast(self, client: Client, starts: dict[str, dict[str, Any]], federation: Federation,
+                  ledger: CommunicationLedger) -> ClientWork | None:
+        """Line 5: ``(x, c)`` to the client (both must arrive); line 6: ``y_i <- x``; lines 7-10: its local steps."""
+        got_model = ledger.give_back(SERVER, client.id, federation.server[GLOBAL])
+        got_control = ledger.give_back(SERVER, client.id, Payload(self.server_control))
+        if not (got_model and got_control):
+            return None
+        client.set_weights(starts[GLOBAL])
+        return self.local_work(client, federation)
 
-        server = federation.server[GLOBAL]
-        selected = self.select(federation)
-        x_state = {k: v.detach().clone() for k, v in server.state_dict().items()}
-        x = [p.detach().clone() for p in server.parameters()]
-        c = [t.clone() for t in self.server_control]
+    def collect(self, client: Client, work: ClientWork, federation: Federation,
+                ledger: CommunicationLedger) -> ClientUpdate | None:
+        """Line 12: option II's ``c_i+``; line 13: ``(Delta y_i, Delta c_i)`` to the server (the model carries
+        ``y_i``, the server subtracts ``x``); line 14: ``c_i <- c_i+`` once they left."""
+        x = [p.detach() for p in federation.server[GLOBAL].parameters()]
+        y = [p.detach() for p in client.model.parameters()]
+        c_i = self.client_control(client.id)
+        c_plus = option_ii_control(c_i, self.server_control, x, y, len(work.batches), self.control_lr())
+        delta_c = [new - old for new, old in zip(c_plus, c_i)]
+        if not ledger.send(client.id, SERVER, client.model):
+            return None
+        ledger.send(client.id, SERVER, Payload(delta_c))
+        self.client_controls[client.id] = c_plus
+        return ClientUpdate(client.id, model_state(client.model), extra={"delta_c": delta_c})
 
-        works: list[ClientWork | None] = []
-        for cid in selected:
-            client = federation.clients[cid]
-            got_model = ledger.give_back(-1, cid, server)  # (x, c): line 5
-            got_control = ledger.give_back(-1, cid, Payload(c))
-            if got_model and got_control:
-                client.set_weights(x_state)  # y_i <- x (line 6)
-                works.append(self.local_work(client, federation))
-            else:
-                works.append(None)
-        losses = phase_losses(runner.run_phase(works))
-
-        arrived: list[int] = []
-        delta_ys: list[Tensors] = []
-        delta_cs: list[Tensors] = []
-        states: list[dict[str, Tensor]] = []
-        for cid, work in zip(selected, works):
-            if work is None:
-                continue
-            client = federation.clients[cid]
-            y = [p.detach() for p in client.model.parameters()]
-            c_i = self.client_control(cid)
-            c_plus = option_ii_control(c_i, c, x, y, len(work.batches), self.control_lr())  # line 12
-            delta_c = [new - old for new, old in zip(c_plus, c_i)]
-            if not ledger.send(cid, -1, client.model):  # Delta y_i (line 13): the model's shapes, buffers included
-                continue
-            ledger.send(cid, -1, Payload(delta_c))  # Delta c_i
-            self.client_controls[cid] = c_plus  # line 14
-            arrived.append(cid)
-            delta_ys.append([yy - xx for yy, xx in zip(y, x)])
-            delta_cs.append(delta_c)
-            states.append({k: v.detach() for k, v in client.model.state_dict().items()})
-
-        if arrived:
-            new_x, self.server_control = server_update(x, delta_ys, c, delta_cs, federation.num_clients,
-                                                       self.global_lr)
-            state = steps.weighted_average(states, [1.0] * len(states))  # buffers: FedAvg's mean
+    def server_update(self, updates: Sequence[ClientUpdate], federation: Federation,
+                      runner: StepRunner) -> dict[str, float]:
+        """Lines 16-17 (:func:`server_update`) over the arrived updates; buffers take the clients' mean."""
+        if updates:
+            server = federation.server[GLOBAL]
             names = [name for name, _ in server.named_parameters()]
+            x = [p.detach() for _, p in server.named_parameters()]
+            delta_ys = [[u.values[name] - xx for name, xx in zip(names, x)] for u in updates]
+            new_x, self.server_control = server_update(x, delta_ys, self.server_control,
+                                                       [u.extra["delta_c"] for u in updates],
+                                                       federation.num_clients, self.global_lr)
+            state = average_updates(updates)[GLOBAL]  # buffers: FedAvg's mean (weights 1)
             state.update(zip(names, new_x))
-            steps.load_weights(server, {k: state[k].to(v.dtype) for k, v in x_state.items()})
-        return RoundResult(
-            senders=tuple(arrived),
-            train_loss=nanmean(losses),
-            extra={"control_norm": control_norm(self.server_control)},
-        )
+            steps.load_weights(server, {k: state[k].to(v.dtype) for k, v in server.state_dict().items()})
+        return {"control_norm": control_norm(self.server_control)}
 
     # -- checkpoint --------------------------------------------------------------------------------------
 

@@ -6,14 +6,19 @@ The server holds the model ``w`` (``federation.server["global"]``, evaluated as 
 (Algorithm 1, server side):
 
 1. ``S_t``: ``m = round(client_fraction * K)`` clients (at least 1) drawn from ``federation.rng.selection``.
-2. The server sends ``w_t`` to every client of ``S_t``: ledger ``give_back(-1, k, ...)`` of the model.
+2. The server sends ``w_t`` to every client of ``S_t`` (through the ledger, from ``SERVER``).
 3. ClientUpdate(k, w_t): ``w <- w_t``; ``local_epochs`` epochs (E) of mini-batch SGD (batch B = ``batch_size``,
    step ``lr``, SGD momentum and weight decay as configured) on the client's data, :class:`~lit_fl.steps.
    LocalTraining` through ``runner.run_phase`` (it fuses under ``trainer.fuse on``).
-4. The client sends ``w^k_{t+1}`` back (ledger ``send(k, -1, ...)``).
+4. The client sends ``w^k_{t+1}`` back (ledger, to ``SERVER``).
 5. ``w_{t+1} = sum_{k in S_t} n_k / m_t w^k_{t+1}``, ``m_t = sum_{k in S_t} n_k`` (the weighted average of
    Algorithm 1 over the clients whose models arrived), buffers included (BatchNorm running statistics averaged the
-   same way; integer counters from the first client, :func:`~lit_fl.steps.weighted_average`).
+   same way; integer counters from the first client, :func:`~lit_fl.steps.weighted_average`). That is the server
+   optimizer slot's default (``server_optimizer: sgd``, ``server_lr 1``, ``server_momentum 0``); the slot's other
+   optimizers take one step from ``w_t`` on the pseudo-gradient ``w_t - average`` instead (FedAvgM, FedAdam,
+   FedYogi, FedAdagrad: :mod:`lit_fl.algorithms.server_optimizers`, Reddi et al. 2021).
+
+Steps 1-4 are :class:`~lit_fl.algorithms.server.ServerAlgorithm`'s round; this class writes step 5.
 
 A client whose model is lost on the way down or up (``faults.*``), or without training data, sends nothing and is
 left out of the average; the clients not sampled keep their models.
@@ -25,30 +30,26 @@ clients per round (sec. 4.2.1).
 
 from __future__ import annotations
 
-import copy
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
-from lit_fl import steps
-from lit_fl.algorithms.base import Algorithm, RoundResult, nanmean, phase_losses
 from lit_fl.algorithms.registry import register_algorithm
+from lit_fl.algorithms.server import GLOBAL, ServerAlgorithm
+from lit_fl.algorithms.server_optimizers import ServerOptimizerName, build_server_optimizer
+from lit_fl.algorithms.updates import average_updates
 from lit_fl.choices import SupervisedLoss
-from lit_fl.constraints import Fraction
-from lit_fl.errors import ConfigError
-from lit_fl.federation.selection import select_fraction
+from lit_fl.constraints import Fraction, Momentum, PositiveFloat
 
 if TYPE_CHECKING:
-    from torch import Tensor
-
-    from lit_fl.federation.ledger import CommunicationLedger
+    from lit_fl.algorithms.updates import ClientUpdate
     from lit_fl.federation.state import Federation
-    from lit_fl.steps.phase import ClientWork
     from lit_fl.steps.runner import StepRunner
 
-GLOBAL = "global"
+__all__ = ["GLOBAL", "ServerFedAvg"]
 
 
 @register_algorithm
-class ServerFedAvg(Algorithm):
+class ServerFedAvg(ServerAlgorithm):
     """FedAvg (McMahan et al. 2017, Algorithm 1) with a central server; every client of the one architecture starts
     from the same initialisation, and the server model from it too.
 
@@ -61,6 +62,13 @@ class ServerFedAvg(Algorithm):
         momentum: the clients' SGD momentum (FedORION sec. 4.1: 0.9; the paper's ClientUpdate is plain SGD).
         weight_decay: the clients' SGD weight decay (FedORION names none: 0).
         batch_size: B, the clients' batch size (FedORION sec. 4.1: 32).
+        server_optimizer: the server's step towards the average (Reddi et al. 2021): ``sgd`` (with ``server_lr 1``
+            and ``server_momentum 0``: FedAvg itself, the average; momentum > 0: FedAvgM), ``adam`` (FedAdam),
+            ``yogi`` (FedYogi), ``adagrad`` (FedAdagrad).
+        server_lr: eta, the server learning rate (FedAvg: 1).
+        server_momentum: ``sgd``'s momentum (FedAvgM, Hsu et al. 2019; FedAvg: 0).
+        server_betas: ``(b1, b2)`` of the adaptive optimizers (Reddi et al.: 0.9, 0.99).
+        server_eps: tau of the adaptive optimizers, their adaptivity (Reddi et al.'s grid 1e-1 .. 1e-5: 1e-3).
     """
 
     sequence_tasks = True  # learns from logits alone: runs on token sequences (lit_fl.data.tokens)
@@ -74,64 +82,27 @@ class ServerFedAvg(Algorithm):
         momentum: float = 0.9,
         weight_decay: float = 0.0,
         batch_size: int = 32,
+        server_optimizer: ServerOptimizerName = "sgd",
+        server_lr: PositiveFloat = 1.0,
+        server_momentum: Momentum = 0.0,
+        server_betas: tuple[Momentum, Momentum] = (0.9, 0.99),
+        server_eps: PositiveFloat = 1e-3,
     ) -> None:
         super().__init__(local_epochs=local_epochs, loss=loss, lr=lr, momentum=momentum, weight_decay=weight_decay,
                          batch_size=batch_size)
         self.client_fraction = client_fraction
+        self.server_optimizer = build_server_optimizer(server_optimizer, server_lr, server_momentum, server_betas,
+                                                 server_eps)
 
-    # -- setup -------------------------------------------------------------------------------------------
+    def server_update(self, updates: Sequence[ClientUpdate], federation: Federation,
+                      runner: StepRunner) -> dict[str, float]:
+        """Step 5: the server model moves to the sample-weighted average of the arrived models (the slot's step)."""
+        for group, average in average_updates(updates).items():
+            self.server_optimizer.apply(federation.server[group], average)
+        return {}
 
-    def setup(self, federation: Federation) -> None:
-        """Check the federation (one architecture, a mesh) and create the server model from the clients'
-        initialisation."""
-        if federation.topology.name != "mesh":
-            raise ConfigError(
-                f"topology.name: {self.name} is server based (every client reaches the server); "
-                f"{federation.topology.name!r} is not allowed; allowed: mesh"
-            )
-        archs = federation.architectures()
-        if len(archs) != 1:
-            raise ConfigError(f"models.pool: {self.name} averages one architecture (homogeneous models), got {archs}")
-        if GLOBAL not in federation.server:
-            federation.server[GLOBAL] = copy.deepcopy(federation.clients[0].regular_model)
+    def state_dict(self) -> dict[str, Any]:
+        return {"server_optimizer": self.server_optimizer.state_dict()}
 
-    # -- round -------------------------------------------------------------------------------------------
-
-    def select(self, federation: Federation) -> list[int]:
-        """``round(client_fraction * N)`` distinct clients (at least one), sorted."""
-        return select_fraction(federation, self.client_fraction)
-
-    def run_round(
-        self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger
-    ) -> RoundResult:
-        server = federation.server[GLOBAL]
-        selected = self.select(federation)
-        w_state = {k: v.detach().clone() for k, v in server.state_dict().items()}
-
-        works: list[ClientWork | None] = []
-        for cid in selected:
-            client = federation.clients[cid]
-            if ledger.give_back(-1, cid, server):  # w_t down
-                client.set_weights(w_state)  # ClientUpdate starts at w_t
-                works.append(self.local_work(client, federation))  # E epochs (+ the subclass's local terms)
-            else:
-                works.append(None)
-        losses = phase_losses(runner.run_phase(works))
-
-        arrived: list[int] = []
-        states: list[dict[str, Tensor]] = []
-        sizes: list[float] = []
-        for cid, work in zip(selected, works):
-            if work is None:
-                continue
-            client = federation.clients[cid]
-            if not ledger.send(cid, -1, client.model):  # w^k_{t+1} up
-                continue
-            arrived.append(cid)
-            states.append({k: v.detach() for k, v in client.model.state_dict().items()})
-            sizes.append(float(client.num_train))  # n_k
-
-        if arrived:
-            state = steps.weighted_average(states, sizes)  # sum_k n_k / m_t w^k
-            steps.load_weights(server, {k: state[k].to(v.dtype) for k, v in w_state.items()})
-        return RoundResult(senders=tuple(arrived), train_loss=nanmean(losses))
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.server_optimizer.load_state_dict(state.get("server_optimizer", {}))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 from weakref import WeakKeyDictionary
 
 from torch import Tensor, nn
@@ -20,6 +20,9 @@ if TYPE_CHECKING:
     from lit_fl.federation.topology import Topology
 
 MB = 1024 * 1024
+#: The server's endpoint in the ledger (a transfer to or from a server method's server): not a client id, never a
+#: topology node, one link away from every client.
+SERVER: Final[int] = -1
 
 _MEGABYTES: WeakKeyDictionary[nn.Module, float] = WeakKeyDictionary()
 
@@ -117,7 +120,7 @@ class CommunicationLedger:
 
     def send(self, source: int, target: int, model: nn.Module, hops: int | None = None) -> bool:
         """``model`` travels from ``source`` to ``target`` over ``hops`` links (every link carries it once; default:
-        the topology's shortest path, one link between neighbours or to and from the server ``-1``); False, and
+        the topology's shortest path, one link between neighbours or to and from the :data:`SERVER`); False, and
         nothing travels, when the source failed (:meth:`reaches`)."""
         hops = self.links(source, target, hops)
         if not self.reaches(source, target):
@@ -134,9 +137,9 @@ class CommunicationLedger:
 
     def links(self, source: int, target: int, hops: int | None = None) -> int:
         """The links a transfer crosses: ``hops`` when given, else the topology's (1 without a topology or for the
-        server ``-1``). Between two clients the topology must allow it (:meth:`Topology.hops` refuses a send to a
+        :data:`SERVER`). Between two clients the topology must allow it (:meth:`Topology.hops` refuses a send to a
         non-neighbour without ``relay``)."""
-        if self.topology is None or source < 0 or target < 0:
+        if self.topology is None or SERVER in (source, target):
             return 1 if hops is None else hops
         expected = self.topology.hops(source, target)
         return expected if hops is None else hops

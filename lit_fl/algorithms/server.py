@@ -1,0 +1,127 @@
+"""The server round contract (pfl-research's split: the framework owns the cohort loop, a method writes what its
+paper adds). Every server method's round is
+
+    select -> broadcast -> client work (one phase, :meth:`StepRunner.run_phase`) -> collect -> update transforms
+    -> server update
+
+:meth:`ServerAlgorithm.run_round` runs it; a method overrides only the hooks its paper changes:
+
+* :meth:`~ServerAlgorithm.select`: the round's cohort (``client_fraction`` of the clients, FedAvg's ``S_t``);
+* :meth:`~ServerAlgorithm.broadcast`: what the server sends client ``k`` through the ledger and the work ``k`` then
+  does (default: the server model of the client's group, loaded into the client, then :meth:`local_work`);
+* :meth:`~ServerAlgorithm.collect`: what ``k`` sends back, as a :class:`~lit_fl.algorithms.updates.ClientUpdate`
+  (default: its model's state, weighted by its sample count); None when nothing arrives;
+* :meth:`~ServerAlgorithm.update_transforms`: the chain every collected update passes through (empty by default);
+* :meth:`~ServerAlgorithm.server_update`: how the server combines the updates into its models; returns the round's
+  extra metrics.
+
+Every transfer goes through the ledger to or from :data:`~lit_fl.federation.ledger.SERVER`, so faults and traffic
+are the same for every server method. A client whose download is lost, or that has nothing to train, does no work
+and sends nothing; one whose upload is lost is left out of the server update.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from lit_fl.algorithms.base import Algorithm, RoundResult, nanmean, phase_losses
+from lit_fl.algorithms.updates import GLOBAL, ClientUpdate, UpdateTransform, apply_transforms
+from lit_fl.errors import ConfigError
+from lit_fl.federation.ledger import SERVER
+from lit_fl.federation.selection import select_fraction
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from torch import nn
+
+    from lit_fl.federation.ledger import CommunicationLedger
+    from lit_fl.federation.state import Client, Federation
+    from lit_fl.steps.phase import ClientWork
+    from lit_fl.steps.runner import StepRunner
+
+__all__ = ["GLOBAL", "SERVER", "ServerAlgorithm"]
+
+
+class ServerAlgorithm(Algorithm):
+    """Base of the methods with a central server (not registered). Subclasses set ``client_fraction`` in their
+    ``__init__`` and override the hooks of the module docstring that their paper changes."""
+
+    uses_topology = False  # every sampled client talks to the server: one link each way
+    #: whether the server averages one architecture (the clients' models must all be of it)
+    homogeneous: ClassVar[bool] = True
+    client_fraction: float = 1.0
+
+    # -- setup -------------------------------------------------------------------------------------------
+
+    def setup(self, federation: Federation) -> None:
+        """Check the pool (one architecture where :attr:`homogeneous`) and create the server models
+        (:meth:`server_groups`), each from the first client's initialisation of its group."""
+        archs = federation.architectures()
+        if self.homogeneous and len(archs) != 1:
+            raise ConfigError(f"models.pool: {self.name} averages one architecture (homogeneous models), got {archs}")
+        for group in self.server_groups(federation):
+            if group not in federation.server:
+                first = next(c for c in federation.clients if self.group_of(c) == group)
+                federation.server[group] = copy.deepcopy(first.regular_model)
+
+    def server_groups(self, federation: Federation) -> list[str]:
+        """The names of the server models the clients' updates join (default: one, :data:`GLOBAL`)."""
+        return [GLOBAL]
+
+    def group_of(self, client: Client) -> str:
+        """The server model that client ``client`` receives and updates (default: :data:`GLOBAL`)."""
+        return GLOBAL
+
+    # -- the round ---------------------------------------------------------------------------------------
+
+    def run_round(
+        self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger
+    ) -> RoundResult:
+        selected = [federation.clients[cid] for cid in self.select(federation)]
+        starts = {group: {k: v.detach().clone() for k, v in federation.server[group].state_dict().items()}
+                  for group in {self.group_of(c) for c in selected}}
+        works = [self.broadcast(client, starts, federation, ledger) for client in selected]
+        losses = phase_losses(runner.run_phase(works))
+        collected = [self.collect(client, work, federation, ledger)
+                     for client, work in zip(selected, works) if work is not None]
+        updates = apply_transforms(self.update_transforms(), [u for u in collected if u is not None])
+        extra = self.server_update(updates, federation, runner)
+        return RoundResult(senders=tuple(u.client for u in updates), train_loss=nanmean(losses), extra=extra)
+
+    def select(self, federation: Federation) -> list[int]:
+        """``round(client_fraction * N)`` distinct clients (at least one), sorted (``federation.rng.selection``)."""
+        return select_fraction(federation, self.client_fraction)
+
+    def broadcast(self, client: Client, starts: dict[str, dict[str, Any]], federation: Federation,
+                  ledger: CommunicationLedger) -> ClientWork | None:
+        """The server sends ``client`` its group's model (``starts``: each server model's state at the round's start);
+        on arrival the client starts from it and does :meth:`local_work`. None: the download was lost."""
+        group = self.group_of(client)
+        if not ledger.give_back(SERVER, client.id, federation.server[group]):
+            return None
+        client.set_weights(starts[group])
+        return self.local_work(client, federation)
+
+    def collect(self, client: Client, work: ClientWork, federation: Federation,
+                ledger: CommunicationLedger) -> ClientUpdate | None:
+        """``client`` sends its trained model to the server: its state, weighted by its sample count ``n_k``; None
+        when the upload fails."""
+        if not ledger.send(client.id, SERVER, client.model):
+            return None
+        return ClientUpdate(client.id, model_state(client.model), float(client.num_train), self.group_of(client))
+
+    def update_transforms(self) -> Sequence[UpdateTransform]:
+        """The chain of transforms every collected update passes through before :meth:`server_update` (none)."""
+        return ()
+
+    def server_update(self, updates: Sequence[ClientUpdate], federation: Federation,
+                      runner: StepRunner) -> dict[str, float]:
+        """Combine the round's ``updates`` (possibly none) into the server models; the round's extra metrics."""
+        raise NotImplementedError(f"{self.name} must define server_update")
+
+
+def model_state(model: nn.Module) -> dict[str, Any]:
+    """``model``'s state dict, detached (what an upload of the whole model carries)."""
+    return {k: v.detach() for k, v in model.state_dict().items()}
