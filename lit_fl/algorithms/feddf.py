@@ -7,8 +7,8 @@ Server based. The server holds one model per architecture of the pool (``federat
 (FedORION sec. 4.1: "Its performance is, therefore, reported based on the ensemble of the global models"). Each round:
 
 1. ``S``: ``round(client_fraction * N)`` clients from ``federation.rng.selection`` (FedORION's fraction).
-2. Every client of ``S`` receives the server model of its architecture (ledger ``give_back(-1, i, ...)``) and trains
-   it ``local_epochs`` epochs with SGD on its data (cross-entropy), then sends it back (``send(i, -1, ...)``).
+2. Every client of ``S`` receives the server model of its architecture (through the ledger, from ``SERVER``) and
+   trains it ``local_epochs`` epochs with SGD on its data (cross-entropy), then sends it back.
 3. Per architecture with at least one received model: the server model becomes their average weighted by the
    clients' sample counts (Algorithm 1: ``x_{t,0} = sum_k n_k / n x_t^k``; buffers alike, integer counters the
    first client's).
@@ -27,27 +27,29 @@ Defaults: FedORION's shared client setting (sec. 4.1, 4.2.1: SGD momentum 0.9, l
 Adam lr 1e-3 with cosine annealing, 10^4 distillation steps at most, batches of 128, temperature 1, gradient norm
 clipped at 5, teachers' logits averaged). The paper stops distilling early on a labeled validation split (10% of
 the train set, patience 10^3 steps); lit-fl runs a fixed ``distill_steps`` (the proxy is unlabeled).
+
+Steps 1-2 are :class:`~lit_fl.algorithms.server.ServerAlgorithm`'s round with one group per architecture; this class
+writes steps 3-4 (:meth:`FedDF.server_update`).
 """
 
 from __future__ import annotations
 
-import copy
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from lit_fl import steps
-from lit_fl.algorithms.base import Algorithm, RoundResult, nanmean, phase_losses
 from lit_fl.algorithms.registry import register_algorithm
+from lit_fl.algorithms.server import ServerAlgorithm
+from lit_fl.algorithms.updates import average_updates
 from lit_fl.choices import SupervisedLoss
 from lit_fl.constraints import Fraction, NonNegativeInt, PositiveFloat, PositiveInt
 from lit_fl.errors import ConfigError
-from lit_fl.federation.selection import select_fraction
 
 if TYPE_CHECKING:
-    from torch import Tensor, nn
+    from torch import nn
 
-    from lit_fl.federation.ledger import CommunicationLedger
+    from lit_fl.algorithms.updates import ClientUpdate
     from lit_fl.federation.state import Client, Federation
-    from lit_fl.steps.phase import ClientWork
     from lit_fl.steps.runner import StepRunner
 
 #: ``federation.server`` name of the ensemble of the per-architecture server models
@@ -57,7 +59,7 @@ NO_PROXY = ("FedDF distils on unlabeled proxy data: set data.server_fraction > 0
 
 
 @register_algorithm
-class FedDF(Algorithm):
+class FedDF(ServerAlgorithm):
     """FedDF (Lin et al. 2020, Algorithm 1) with one server model per architecture; see the module docstring.
 
     Args:
@@ -82,6 +84,7 @@ class FedDF(Algorithm):
     """
 
     sequence_tasks = True  # per-token KL to the ensemble on the proxy sequences (PAD inputs masked)
+    homogeneous = False  # one server model per architecture
 
     def __init__(
         self,
@@ -115,72 +118,43 @@ class FedDF(Algorithm):
     # -- setup -------------------------------------------------------------------------------------------
 
     def setup(self, federation: Federation) -> None:
-        """Check the federation (a mesh, proxy data), create one server model per architecture from the clients'
-        initialisation of it, and the ensemble ``global``."""
+        """Proxy data, one server model per architecture from the clients' initialisation of it
+        (:class:`ServerAlgorithm`), and their ensemble ``global``."""
         from lit_fl.steps.ensemble_distillation import ServerEnsemble
 
-        if federation.topology.name != "mesh":
-            raise ConfigError(
-                f"topology.name: FedDF is server based (every client reaches the server); "
-                f"{federation.topology.name!r} is not allowed; allowed: mesh"
-            )
         if self.distill_steps > 0 and len(federation.proxy) == 0:
             raise ConfigError(NO_PROXY)
         self.archs = federation.architectures()
         if GLOBAL in self.archs:
             raise ConfigError(f"models.pool: an architecture named {GLOBAL!r} clashes with FedDF's ensemble")
-        for arch in self.archs:
-            if arch not in federation.server:
-                first = next(c for c in federation.clients if c.arch == arch)
-                federation.server[arch] = copy.deepcopy(first.regular_model)
+        super().setup(federation)
         federation.server[GLOBAL] = ServerEnsemble([federation.server[arch] for arch in self.archs])
+
+    def server_groups(self, federation: Federation) -> list[str]:
+        return federation.architectures()
+
+    def group_of(self, client: Client) -> str:
+        return client.arch
+
+    def update_weight(self, client: Client) -> float:
+        """``n_k`` (Algorithm 1), or 1 with ``aggregation: uniform``."""
+        return float(client.num_train) if self.aggregation == "samples" else 1.0
 
     # -- round -------------------------------------------------------------------------------------------
 
-    def select(self, federation: Federation) -> list[int]:
-        """``round(client_fraction * N)`` distinct clients (at least one), sorted."""
-        return select_fraction(federation, self.client_fraction)
-
-    def run_round(
-        self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger
-    ) -> RoundResult:
-        selected = self.select(federation)
-        starts = {arch: {k: v.detach().clone() for k, v in federation.server[arch].state_dict().items()}
-                  for arch in self.archs}
-        works: list[ClientWork | None] = []
-        for cid in selected:
-            client = federation.clients[cid]
-            if ledger.give_back(-1, cid, federation.server[client.arch]):  # the server model of its architecture
-                client.set_weights(starts[client.arch])
-                works.append(self.local_work(client, federation))
-            else:
-                works.append(None)
-        losses = phase_losses(runner.run_phase(works))
-
-        senders: list[int] = []
-        received: dict[str, list[dict[str, Tensor]]] = {}
-        weights: dict[str, list[float]] = {}
-        teachers: list[nn.Module] = []
-        for cid, work in zip(selected, works):
-            if work is None:  # lost download or no training data: nothing to send
-                continue
-            client = federation.clients[cid]
-            if not ledger.send(cid, -1, client.model):
-                continue
-            senders.append(cid)
-            received.setdefault(client.arch, []).append({k: v.detach() for k, v in client.model.state_dict().items()})
-            weights.setdefault(client.arch, []).append(float(client.num_train) if self.aggregation == "samples"
-                                                       else 1.0)
-            teachers.append(client.model)
-
-        fused = [arch for arch in self.archs if arch in received]
-        for arch in fused:  # Algorithm 1: x_{t,0} = sum_k n_k / n x_t^k, per architecture
-            steps.load_weights(federation.server[arch], steps.weighted_average(received[arch], weights[arch]))
+    def server_update(self, updates: Sequence[ClientUpdate], federation: Federation,
+                      runner: StepRunner) -> dict[str, float]:
+        """Step 3, per architecture that received models (Algorithm 1: ``x_{t,0} = sum_k n_k / n x_t^k``); step 4,
+        the ensemble distillation of those server models from every received client model."""
+        averages = average_updates(updates)
+        fused = [arch for arch in self.archs if arch in averages]
+        for arch in fused:
+            steps.load_weights(federation.server[arch], averages[arch])
         kd_loss = float("nan")
         if fused and self.distill_steps > 0:
+            teachers = [federation.clients[u.client].model for u in updates]
             kd_loss = self.distill([federation.server[arch] for arch in fused], teachers, federation, runner)
-        return RoundResult(senders=tuple(senders), train_loss=nanmean(losses),
-                           extra={"kd_loss": kd_loss, "distilled_archs": float(len(fused))})
+        return {"kd_loss": kd_loss, "distilled_archs": float(len(fused))}
 
     def distill(self, students: list[nn.Module], teachers: list[nn.Module], federation: Federation,
                 runner: StepRunner) -> float:
@@ -193,11 +167,6 @@ class FedDF(Algorithm):
         batches = proxy_batches(federation.proxy, self.distill_batch_size, self.distill_steps,
                                 federation.rng.data_order)
         return runner.train(step, batches)
-
-    def local_work(self, client: Client, federation: Federation) -> ClientWork | None:
-        """``local_epochs`` of SGD on the client's train split from the received server model."""
-        step = steps.LocalTraining(client.model, client.class_proportions, self.loss, self.optimizer)
-        return self.work(client, step, federation, self.local_epochs)
 
     # -- checkpoint --------------------------------------------------------------------------------------
 

@@ -10,7 +10,8 @@ paper adds). Every server method's round is
 * :meth:`~ServerAlgorithm.broadcast`: what the server sends client ``k`` through the ledger and the work ``k`` then
   does (default: the server model of the client's group, loaded into the client, then :meth:`local_work`);
 * :meth:`~ServerAlgorithm.collect`: what ``k`` sends back, as a :class:`~lit_fl.algorithms.updates.ClientUpdate`
-  (default: its model's state, weighted by its sample count); None when nothing arrives;
+  (default: its model's state, weighted by :meth:`~ServerAlgorithm.update_weight`, its sample count); None when
+  nothing arrives;
 * :meth:`~ServerAlgorithm.update_transforms`: the chain every collected update passes through (empty by default);
 * :meth:`~ServerAlgorithm.server_update`: how the server combines the updates into its models; returns the round's
   extra metrics.
@@ -110,7 +111,11 @@ class ServerAlgorithm(Algorithm):
         when the upload fails."""
         if not ledger.send(client.id, SERVER, client.model):
             return None
-        return ClientUpdate(client.id, model_state(client.model), float(client.num_train), self.group_of(client))
+        return ClientUpdate(client.id, model_state(client.model), self.update_weight(client), self.group_of(client))
+
+    def update_weight(self, client: Client) -> float:
+        """``client``'s weight in its group's aggregate (default: its sample count ``n_k``, FedAvg's)."""
+        return float(client.num_train)
 
     def update_transforms(self) -> Sequence[UpdateTransform]:
         """The chain of transforms every collected update passes through before :meth:`server_update` (none)."""
