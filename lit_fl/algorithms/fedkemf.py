@@ -7,16 +7,20 @@ version the server holds (``federation.server["global"]``, evaluated as ``server
 the smallest of the pool, the WRN40 role of FedORION sec. 4.1). Each round:
 
 1. ``S``: ``round(client_fraction * N)`` clients (``federation.rng.selection``) download the global knowledge
-   network (ledger ``give_back(-1, i, ...)``).
+   network (through the ledger, from ``SERVER``).
 2. Knowledge extraction: deep mutual learning between the local model and the received knowledge network on the
    client's data, ``local_epochs`` epochs, each ``CE + kl_weight * KL(p_peer || p_own)`` with the peer detached
    (:class:`~lit_fl.steps.DeepMutualLearning`, the shape of FedORION's client phase), both at ``lr``.
-3. The clients upload their knowledge networks (``send(i, -1, ...)``); the local models never travel.
+3. The clients upload their knowledge networks (to ``SERVER``); the local models never travel.
 4. Multi-model fusion (:func:`fuse_knowledge`): the server averages the received knowledge networks (FedAvg,
    weighted by sample counts, buffers included), then distils the ensemble of the received networks into the
    average on the public (unlabeled) data: ``server_epochs`` epochs of batches of ``server_batch_size``, loss
    ``T^2 CE(sum_i n_i / sum n * softmax(f_i(x) / T), f_g(x) / T)`` (:func:`ensemble_soft_target`;
    :class:`~lit_fl.steps.NoiseDistillation` with real inputs, teachers in eval mode), SGD ``server_lr``.
+
+Steps 1 and 3 are :class:`~lit_fl.algorithms.server.ServerAlgorithm`'s round: :meth:`FedKEMF.broadcast` hands the
+client a copy of the knowledge network for its DML, :meth:`FedKEMF.collect` uploads that copy, and
+:meth:`FedKEMF.server_update` is step 4. A sampled client without training data does no DML and sends nothing.
 
 On token sequences the DML's CE and KL are over the positions whose target is not PAD (:mod:`lit_fl.losses`) and the
 fusion's CE over the public positions whose input is not PAD (per-token next-token distributions).
@@ -38,14 +42,15 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from lit_fl import steps
-from lit_fl.algorithms.base import Algorithm, RoundResult, nanmean, phase_losses
 from lit_fl.algorithms.fedorion import _memory_format, smallest_architecture
 from lit_fl.algorithms.ktpfl import NO_PUBLIC_DATA, tensor_batches
 from lit_fl.algorithms.registry import register_algorithm
+from lit_fl.algorithms.server import GLOBAL, ServerAlgorithm, model_state
+from lit_fl.algorithms.updates import ClientUpdate
 from lit_fl.choices import SupervisedLoss
 from lit_fl.constraints import BatchStatisticsSize, Fraction, NonNegativeFloat, NonNegativeInt, PositiveFloat
 from lit_fl.errors import ConfigError
-from lit_fl.federation.selection import select_fraction
+from lit_fl.federation.ledger import SERVER
 from lit_fl.models import create_model
 from lit_fl.steps.optim import SGDConfig
 
@@ -56,8 +61,6 @@ if TYPE_CHECKING:
     from lit_fl.federation.state import Client, Federation
     from lit_fl.steps.phase import ClientWork
     from lit_fl.steps.runner import StepRunner
-
-GLOBAL = "global"
 
 
 def ensemble_soft_target(teacher_logits: Sequence[Tensor], weights: Sequence[float], temperature: float) -> Tensor:
@@ -75,7 +78,7 @@ def fuse_knowledge(states: Sequence[dict[str, Tensor]], weights: Sequence[float]
 
 
 @register_algorithm
-class FedKEMF(Algorithm):
+class FedKEMF(ServerAlgorithm):
     """FedKEMF (Yu et al. 2022) with FedORION's shared setting; clients initialise their local models
     independently (``paper_same_init = False``, FedORION sec. 4.1).
 
@@ -99,7 +102,7 @@ class FedKEMF(Algorithm):
     """
 
     paper_same_init = False
-    uses_topology = False  # every selected client talks to the server
+    homogeneous = False  # the clients' local models are any architectures; only the knowledge network is shared
     sequence_tasks = True  # per-token DML on the private data, per-token fusion CE on the public sequences
 
     def __init__(
@@ -151,6 +154,7 @@ class FedKEMF(Algorithm):
             model = create_model(arch, federation.data.input_shape, federation.num_classes)
         param = next(first.parameters())
         federation.server[GLOBAL] = model.to(param.device, memory_format=_memory_format(first))
+        super().setup(federation)
 
     def public_inputs(self, federation: Federation) -> Tensor:
         """The public (unlabeled) inputs: ``data.proxy`` (``federation.proxy``; by default the held-out slice of the
@@ -159,38 +163,33 @@ class FedKEMF(Algorithm):
 
     # -- round -------------------------------------------------------------------------------------------
 
-    def run_round(
-        self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger
-    ) -> RoundResult:
+    def broadcast(self, client: Client, starts: dict[str, dict[str, Any]], federation: Federation,
+                  ledger: CommunicationLedger) -> ClientWork | None:
+        """Step 1: the global knowledge network goes down; step 2 runs on the client's own copy of it."""
+        if not ledger.give_back(SERVER, client.id, federation.server[GLOBAL]):
+            return None
+        return self.dml_work(client, copy.deepcopy(federation.server[GLOBAL]), federation)
+
+    def collect(self, client: Client, work: ClientWork, federation: Federation,
+                ledger: CommunicationLedger) -> ClientUpdate | None:
+        """Step 3: the client's knowledge network (the DML's second model) goes up."""
+        network = work.step.model_b
+        if not ledger.send(client.id, SERVER, network):
+            return None
+        weight = float(client.num_train) if self.aggregation == "samples" else 1.0
+        return ClientUpdate(client.id, model_state(network), weight, extra={"network": network})
+
+    def server_update(self, updates: Sequence[ClientUpdate], federation: Federation,
+                      runner: StepRunner) -> dict[str, float]:
+        """Step 4: the weighted average of the received networks, then their ensemble distilled into it."""
         server = federation.server[GLOBAL]
-        selected = select_fraction(federation, self.client_fraction)
-        start = {k: v.detach().clone() for k, v in server.state_dict().items()}
-
-        works: list[ClientWork | None] = []
-        knowledge: dict[int, nn.Module] = {}
-        for cid in selected:
-            if not ledger.give_back(-1, cid, server):  # the global knowledge network goes down
-                works.append(None)
-                continue
-            knowledge[cid] = copy.deepcopy(server)
-            steps.load_weights(knowledge[cid], start)
-            works.append(self.dml_work(federation.clients[cid], knowledge[cid], federation))
-        losses = phase_losses(runner.run_phase(works))
-
-        received: list[Client] = []
-        for cid, network in knowledge.items():
-            client = federation.clients[cid]
-            if ledger.send(cid, -1, network) and client.num_train > 0:  # the knowledge network goes up
-                received.append(client)
         kd_loss = float("nan")
-        if received:
-            weights = [float(c.num_train) if self.aggregation == "samples" else 1.0 for c in received]
-            teachers = [knowledge[c.id] for c in received]
-            steps.load_weights(server, fuse_knowledge([t.state_dict() for t in teachers], weights))
+        if updates:
+            weights = [u.weight for u in updates]
+            steps.load_weights(server, fuse_knowledge([dict(u.values) for u in updates], weights))
             if self.server_epochs > 0:
-                kd_loss = self.distill(server, teachers, weights, federation, runner)
-        return RoundResult(senders=tuple(c.id for c in received), train_loss=nanmean(losses),
-                           extra={"kd_loss": kd_loss})
+                kd_loss = self.distill(server, [u.extra["network"] for u in updates], weights, federation, runner)
+        return {"kd_loss": kd_loss}
 
     def dml_work(self, client: Client, network: nn.Module, federation: Federation) -> ClientWork | None:
         """Knowledge extraction: DML between the local model and the knowledge network on the client's data."""
