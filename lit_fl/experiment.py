@@ -95,12 +95,14 @@ class Experiment:
 
     def resolve_run_path(self, resume: str | None) -> Path:
         """The run directory; checks it without touching anything on disk. A run directory without a checkpoint
-        (stopped before its first round ended) resumes from round 0."""
+        (its config.yaml and whatever a run that stopped or crashed before its first checkpoint wrote) starts again
+        from round 1 in the same folder."""
         if resume:
             path = Path(resume)
             run = RunDir(path)
-            if not path.is_dir() or not (run.has_checkpoint() or run.started_here()):
-                raise ConfigError(f"--resume: no run directory with a checkpoint at {path}")
+            if not path.is_dir() or not (run.has_checkpoint() or run.config.is_file() or run.started_here()):
+                raise ConfigError(f"--resume: no run directory at {path} (it holds neither a checkpoint nor a "
+                                  "config.yaml)")
             if run.has_checkpoint() and not run.config.is_file():
                 raise ConfigError(f"--resume: {path} has a checkpoint but no config.yaml, so nothing says which run it "
                                   "is; put back its config.yaml or start a new run")
@@ -179,6 +181,9 @@ class Experiment:
             extra = load_checkpoint(ckpt_path, federation, self.algorithm, ledger, identity)
             check_rows_up_to(run, federation.round, self.eval_every)
             check_rounds_left(run, federation.round, self.rounds)
+        elif resume:
+            print(f"lit-fl: --resume: {run_path} holds no checkpoint (the run stopped before its first one); it starts "
+                  "again from round 1 in the same folder", file=sys.stderr)
         if rounds_note:
             print(rounds_note, file=sys.stderr)
         run_path.mkdir(parents=True, exist_ok=True)

@@ -10,9 +10,11 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from lit_fl.steps import phase
 from lit_fl.tracking import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -111,3 +113,103 @@ def _participants(module: Path, round_: int) -> list[int]:
         drawn = algo.select(r, fed)
     assert drawn is not None
     return list(drawn.all)
+
+
+RUN_GROUP = phase._run_group
+#: weights: float64's unit roundoff (1.1e-16) x 10^6 of amplification over three rounds, as tests/test_client_work.py
+RTOL = 1e-10
+#: losses: an unfused step without its own loss counter reports each batch's loss in float32 (``StepRunner.fit_here``)
+#: and sums them in float32, 2^-24 (6e-8) relative per rounding: at most 8 batches per client and round here, so
+#: 8 roundings and 7 additions, and 4 more in the round's mean over the clients: 19 x 6e-8 < 2e-6
+LOSS_RTOL = 2e-6
+
+
+def guide_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, marker: str, name: str) -> Any:
+    """The guide's python block holding ``marker``, saved as ``name.py`` and imported, as a user's file would be."""
+    import importlib.util
+    import sys
+
+    code = next(b for b in re.findall(r"```python\n(.*?)```", GUIDE.read_text(), re.S) if marker in b)
+    path = tmp_path / f"{name}.py"
+    path.write_text(code)
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_guides_confidence_penalty_is_the_papers_by_hand(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Logits (0, ln 3): p = (1/4, 3/4); for label 1, CE = -ln 3/4 and the entropy H = -(1/4 ln 1/4 + 3/4 ln 3/4), so
+    the loss is CE - beta H (a few float64 operations: 1e-14 relative)."""
+    import math
+
+    import torch
+
+    user = guide_module(tmp_path, monkeypatch, "class ConfidencePenalty(", "penalty")
+    logits = torch.tensor([[0.0, math.log(3.0)]], dtype=torch.float64)
+    entropy = -(0.25 * math.log(0.25) + 0.75 * math.log(0.75))
+    got = user.penalized(logits, torch.tensor([1]), 0.5)
+    assert got.tolist() == pytest.approx([-math.log(0.75) - 0.5 * entropy], rel=1e-14)
+
+
+def _penalty_rounds(
+    user: Any, data: str, fuse: str, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Any, list[float], list[tuple[type, int]]]:
+    """Three rounds of the guide's ConfidencePenaltyFedAvg in float64: the federation, the train losses and, per group
+    the phase runner ran, its step class and size (0: a work alone, unbatched)."""
+    import torch
+    from federations import tiny_federation
+    from test_sequences import _sequence_federation
+
+    from lit_fl.federation.ledger import CommunicationLedger
+    from lit_fl.steps import StepRunner, phase
+    from lit_fl.steps.fusion import native_cpu_convolutions
+
+    groups: list[tuple[type, int]] = []
+
+    def spy(runner: Any, jobs: list[Any], plans: list[Any], batched: bool) -> list[float]:
+        groups.append((type(jobs[0].step), len(jobs) if batched else 0))
+        return RUN_GROUP(runner, jobs, plans, batched)
+
+    monkeypatch.setattr(phase, "_run_group", spy)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        with native_cpu_convolutions(torch.device("cpu")):
+            fed = tiny_federation(num_clients=4, pool=("cnn_4_8", "cnn_8")) if data == "images" else \
+                _sequence_federation(num_clients=3)
+            algo = user.ConfidencePenaltyFedAvg(beta=0.5, sender_fraction=1.0, batch_size=16 if data == "images" else 4)
+            algo.setup(fed)
+            runner, ledger, losses = StepRunner("cpu", fuse=fuse), CommunicationLedger.of(fed), []
+            for round_ in range(1, 4):
+                ledger.start_round()
+                losses.append(algo.run_round(round_, fed, runner, ledger).train_loss)
+    finally:
+        torch.set_default_dtype(previous)
+    return fed, losses, groups
+
+
+@pytest.mark.parametrize("data", ["images", "sequences"])
+def test_the_guides_fusable_step_runs_batched_and_equals_its_unfused_run(
+    data: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], one_thread: None
+) -> None:
+    """The guide's user step under ``fuse on``: every phase ran as batched groups of 2 or more of that step, nothing
+    was said about fusion, and every weight equals the unfused run's in float64 (:data:`RTOL`; the losses within
+    :data:`LOSS_RTOL`)."""
+    import torch
+
+    user = guide_module(tmp_path, monkeypatch, "class ConfidencePenalty(", "penalty")
+    fused, fused_losses, fused_groups = _penalty_rounds(user, data, "on", monkeypatch)
+    unfused, unfused_losses, unfused_groups = _penalty_rounds(user, data, "off", monkeypatch)
+    assert fused_groups and all(kind is user.ConfidencePenalty and size >= 2 for kind, size in fused_groups), \
+        fused_groups
+    assert unfused_groups and {size for _, size in unfused_groups} == {0}
+    assert "client by client" not in capsys.readouterr().err
+    torch.testing.assert_close(torch.tensor(fused_losses, dtype=torch.float64),
+                               torch.tensor(unfused_losses, dtype=torch.float64), rtol=LOSS_RTOL, atol=0.0)
+    for n, (a, b) in enumerate(zip(fused.clients, unfused.clients, strict=True)):
+        for key, value in b.model.state_dict().items():
+            got = a.model.state_dict()[key]
+            assert (got - value).double().norm() <= RTOL * value.double().norm(), f"client {n} {key}"

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+import shlex
 import signal
 from pathlib import Path
 from typing import Any
@@ -247,3 +249,37 @@ def assert_resumed_run_equals_uninterrupted(cfg: Path, runs: Path) -> tuple[Path
     for part_name in ("federation", "algorithm", "ledger"):
         assert_same(state[part_name], full_state[part_name], part_name)
     return full, expected, full_state
+
+
+def test_a_run_that_crashed_in_round_1_starts_again_with_the_command_it_printed(
+    root: Path, uninterrupted: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client step raises in round 1, before the first checkpoint: the run fails (summary.json says so, no
+    checkpoint), its last line prints the command that starts it again, and that command, the run folder alone, runs
+    it from round 1 in the same folder to the same metrics and weights as a run that never failed."""
+    from lit_fl.steps import LocalTraining
+
+    full = uninterrupted["DecentralizedFedAvg"]
+    run = root / "runs" / "crashed"
+
+    def raising(self: LocalTraining, batch: Any, batch_idx: int) -> Any:
+        raise RuntimeError("a bug in the step")
+
+    monkeypatch.setattr(LocalTraining, "training_step", raising)
+    result = run_cli("fit", "--config", root / "DecentralizedFedAvg.yaml", "--run_dir", root / "runs", "--name",
+                     run.name)
+    assert result.rc == 1, result.err
+    assert json.loads((run / "summary.json").read_text())["status"] == "failed"
+    assert not (run / "checkpoints" / "last.ckpt").exists()
+    printed = re.search(r"no checkpoint was written yet: (lit-fl fit --resume \S+) starts it again from round 1$",
+                        result.err.strip().splitlines()[-1])
+    assert printed is not None, result.err.strip().splitlines()[-1]
+
+    monkeypatch.undo()  # the bug fixed
+    program, *argv = shlex.split(printed.group(1))
+    assert program == "lit-fl"
+    result = run_cli(*argv)
+    assert result.rc == 0, result.err
+    assert result.err.splitlines() == [f"lit-fl: --resume: {run} holds no checkpoint (the run stopped before its first "
+                                       "one); it starts again from round 1 in the same folder"]
+    assert_runs_equal(run, full)

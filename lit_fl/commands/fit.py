@@ -122,7 +122,9 @@ def _what_stays(experiment: Experiment) -> str:
     if run.has_checkpoint():
         said.append(f"the last checkpoint stays: continue with lit-fl fit --resume {run.path}")
     else:
-        said.append(f"no checkpoint was written yet: lit-fl fit --resume {run.path} starts it again")
+        again = "lit-fl fit" if run.config.is_file() else "the same command with"  # config.yaml: its own config
+        again = f"{again} --resume {run.path}"
+        said.append(f"no checkpoint was written yet: {again} starts it again from round 1")
     return "; ".join(said)
 
 

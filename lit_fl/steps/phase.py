@@ -32,6 +32,7 @@ import lightning as L
 
 from lit_fl.data.batches import ClientBatches, PlannedBatch, StackedBatches
 from lit_fl.steps.runner import phase_loss
+from lit_fl.steps.unfused import say_unfused
 
 if TYPE_CHECKING:
     from lit_fl.steps.runner import StepRunner
@@ -58,6 +59,7 @@ def run_phase(runner: StepRunner, works: Sequence[ClientWork | None]) -> list[Wo
     """Run a client phase (see the module docstring); one :class:`WorkResult` per entry of ``works``."""
     todo = [n for n, work in enumerate(works) if work is not None]
     jobs: list[ClientWork] = [works[n] for n in todo]  # type: ignore[misc]
+    say_unfused(runner, jobs)  # once per step class and run, a line naming a step that cannot fuse
     plans = [job.batches.plan() for job in jobs]  # every process draws every order, in the works' order
     placement = runner.placement
     clients = [job.client for job in jobs]
