@@ -139,7 +139,7 @@ class DSFL(PublicDistillation):
 
     def setup(self, federation: Federation) -> None:
         """Check the public data and create the global model (once)."""
-        from lit_fl.algorithms.fedorion import smallest_architecture
+        from lit_fl.algorithms.global_model import smallest_architecture
 
         super().setup(federation)
         self.global_arch = self.global_arch or smallest_architecture(federation)
@@ -150,7 +150,7 @@ class DSFL(PublicDistillation):
         """A copy of the initialisation of the first client of ``arch``, else a fresh model of its own seed."""
         import torch
 
-        from lit_fl.algorithms.fedorion import _memory_format
+        from lit_fl.algorithms.global_model import memory_format as _memory_format
         from lit_fl.models import create_model
 
         same = [c for c in federation.clients if c.arch == arch]

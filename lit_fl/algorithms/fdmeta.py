@@ -47,7 +47,7 @@ import numpy as np
 
 from lit_fl import steps
 from lit_fl.algorithms.base import Algorithm, RoundResult, nanmean, phase_losses
-from lit_fl.algorithms.fedorion import _memory_format, smallest_architecture
+from lit_fl.algorithms.global_model import memory_format as _memory_format, smallest_architecture
 from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.choices import SupervisedLoss
 from lit_fl.constraints import Fraction, Momentum, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt

@@ -42,7 +42,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from lit_fl import steps
-from lit_fl.algorithms.fedorion import _memory_format, smallest_architecture
+from lit_fl.algorithms.global_model import fresh_model, smallest_architecture
 from lit_fl.algorithms.ktpfl import NO_PUBLIC_DATA, tensor_batches
 from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.algorithms.server import GLOBAL, ServerAlgorithm, model_state
@@ -51,7 +51,6 @@ from lit_fl.choices import SupervisedLoss
 from lit_fl.constraints import BatchStatisticsSize, Fraction, NonNegativeFloat, NonNegativeInt, PositiveFloat
 from lit_fl.errors import ConfigError
 from lit_fl.federation.ledger import SERVER
-from lit_fl.models import create_model
 from lit_fl.steps.optim import SGDConfig
 
 if TYPE_CHECKING:
@@ -140,20 +139,13 @@ class FedKEMF(ServerAlgorithm):
 
     def setup(self, federation: Federation) -> None:
         """Check the public data, resolve the knowledge network's architecture and create it (once)."""
-        import torch
 
         if len(federation.proxy) == 0:
             raise ConfigError(NO_PUBLIC_DATA.format(name="FedKEMF"))
         arch = self.global_arch or smallest_architecture(federation)
         self.global_arch = arch
-        if GLOBAL in federation.server:
-            return
-        first = federation.clients[0].model
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(federation.seed * 1_000 + 996)
-            model = create_model(arch, federation.data.input_shape, federation.num_classes)
-        param = next(first.parameters())
-        federation.server[GLOBAL] = model.to(param.device, memory_format=_memory_format(first))
+        if GLOBAL not in federation.server:
+            federation.server[GLOBAL] = fresh_model(federation, arch, federation.seed * 1_000 + 996)
         super().setup(federation)
 
     def public_inputs(self, federation: Federation) -> Tensor:

@@ -23,8 +23,10 @@ role of the paper). Each round:
    draws dead-leaves images instead (Table 4 left, "DL"; :mod:`lit_fl.steps.dead_leaves`) from the same stream.
 
 The clients' (local) models are reported as ``global_acc`` / ``local_acc``; the global model as
-``server_acc/global``. Traffic: server -> client transfers are ledger ``give_back(-1, client)``, client -> server
-``send(client, -1)``.
+``server_acc/global``. Steps 1 and 3 are :class:`~lit_fl.algorithms.server.ServerAlgorithm`'s round (every transfer
+through the ledger to or from ``SERVER``); this class writes the client work of step 2 (:meth:`FedORION.broadcast`),
+what step 3 carries (:meth:`FedORION.collect`) and steps 4-5 (:meth:`FedORION.server_update`). A sampled client
+without training data does no work and sends nothing.
 
 Paper defaults taken here: CE loss, client lr 0.01 (eta_i) / global-copy and server lr 0.001 (eta_g, sec. 4.1), SGD
 momentum 0.9 without weight decay (the paper names none), client batch 32, 10 local epochs, T_s = 5, 30% of the
@@ -34,11 +36,14 @@ clients per round (sec. 4.2.1).
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from lit_fl import steps
-from lit_fl.algorithms.base import Algorithm, RoundResult, nanmean, phase_losses
+from lit_fl.algorithms.global_model import fresh_model, memory_format, smallest_architecture
 from lit_fl.algorithms.registry import register_algorithm
+from lit_fl.algorithms.server import GLOBAL, ServerAlgorithm, model_state
+from lit_fl.algorithms.updates import ClientUpdate, average_updates
 from lit_fl.choices import (
     BN_STATS,
     NOISES,
@@ -57,20 +62,16 @@ from lit_fl.constraints import (
     PositiveInt,
 )
 from lit_fl.errors import ConfigError
-from lit_fl.federation.selection import select_fraction
-from lit_fl.models import create_model, num_parameters
+from lit_fl.federation.ledger import SERVER
 from lit_fl.steps.optim import SGDConfig
 
 if TYPE_CHECKING:
-    import torch
     from torch import nn
 
     from lit_fl.federation.ledger import CommunicationLedger
     from lit_fl.federation.state import Client, Federation
     from lit_fl.steps.phase import ClientWork
     from lit_fl.steps.runner import StepRunner
-
-GLOBAL = "global"
 #: ``no_dml: global_arch`` = every client whose architecture is the global one skips DML (the paper's rule).
 GLOBAL_ARCH = "global_arch"
 #: the rate a no-DML client trains its one model (the received global model) at: the paper leaves it open (sec. 4.1
@@ -79,7 +80,7 @@ NoDMLRate = Literal["lr", "global_lr"]
 
 
 @register_algorithm
-class FedORION(Algorithm):
+class FedORION(ServerAlgorithm):
     """Clients initialise their models independently (``paper_same_init = False``): "We randomly initialize the
     clients' models" (FedORION sec. 4.1).
 
@@ -202,11 +203,6 @@ class FedORION(Algorithm):
                 "faults: FedORION (server based) does not simulate client faults; "
                 "set faults.drop_prob and faults.return_drop_prob to 0"
             )
-        if federation.topology.name != "mesh":
-            raise ConfigError(
-                f"topology.name: FedORION is server based (every client reaches the server); "
-                f"{federation.topology.name!r} is not allowed; allowed: mesh"
-            )
         arch = self.global_arch or smallest_architecture(federation)
         self.global_arch = arch
         if self.no_dml_option == GLOBAL_ARCH:
@@ -230,67 +226,44 @@ class FedORION(Algorithm):
         """The clients' initialisation of ``arch`` when a client has it (the builder initialises every
         architecture once for all its clients, so no-DML clients start where the global model starts), else a
         fresh model from a seed of its own."""
-        import torch
-
-        first = federation.clients[0].model
         same = [c for c in federation.clients if c.arch == arch]
         if same:
             return copy.deepcopy(same[0].model)
-        param = next(first.parameters())
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(federation.seed * 1_000 + 997)
-            model = create_model(arch, federation.data.input_shape, federation.num_classes)
-        return model.to(param.device, memory_format=_memory_format(first))
+        return fresh_model(federation, arch, federation.seed * 1_000 + 997)
 
     # -- round -------------------------------------------------------------------------------------------
 
-    def select(self, federation: Federation) -> list[int]:
-        """``round(client_fraction * N)`` distinct clients (at least one), sorted."""
-        return select_fraction(federation, self.client_fraction)
+    def broadcast(self, client: Client, starts: dict[str, dict[str, Any]], federation: Federation,
+                  ledger: CommunicationLedger) -> ClientWork | None:
+        """Step 1 (faults are refused: the global model arrives) and the client work of step 2: DML with a copy of
+        the global model, or (selective DML) the global model trained alone as the client's model."""
+        ledger.give_back(SERVER, client.id, federation.server[GLOBAL])
+        if client.id in self.no_dml:
+            client.set_weights(starts[GLOBAL])
+            return self.no_dml_work(client, federation)
+        return self.dml_work(client, copy.deepcopy(federation.server[GLOBAL]), federation)
 
-    def run_round(
-        self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger
-    ) -> RoundResult:
+    def collect(self, client: Client, work: ClientWork, federation: Federation,
+                ledger: CommunicationLedger) -> ClientUpdate:
+        """Step 3: the client's copy of the global model (a no-DML client's one model is that copy) and its local
+        model, the teacher of step 5."""
+        theirs = client.model if client.id in self.no_dml else work.step.model_b
+        if theirs is not client.model:
+            ledger.send(client.id, SERVER, theirs)
+        ledger.send(client.id, SERVER, client.model)
+        weight = float(client.num_train) if self.aggregation == "samples" else 1.0
+        return ClientUpdate(client.id, model_state(theirs), weight, extra={"dml": client.id not in self.no_dml})
+
+    def server_update(self, updates: Sequence[ClientUpdate], federation: Federation,
+                      runner: StepRunner) -> dict[str, float]:
+        """Step 4 (with ``aggregate``) and step 5 (``server_epochs > 0``) over the clients that sent."""
         server = federation.server[GLOBAL]
-        selected = self.select(federation)
-        global_state = {k: v.detach().clone() for k, v in server.state_dict().items()}
-
-        works: list[ClientWork | None] = []
-        global_copies: dict[int, nn.Module] = {}  # theta_gi of every DML client
-        for cid in selected:
-            client = federation.clients[cid]
-            ledger.give_back(-1, cid, server)  # the server broadcasts the global model
-            if cid in self.no_dml:
-                client.set_weights(global_state)
-                works.append(self.no_dml_work(client, federation))  # no DML: trains the global model alone
-            else:
-                global_copies[cid] = copy.deepcopy(server)
-                works.append(self.dml_work(client, global_copies[cid], federation))
-        losses = phase_losses(runner.run_phase(works))
-
-        received: list[dict[str, torch.Tensor]] = []
-        teachers: list[Client] = []
-        for cid in selected:
-            client = federation.clients[cid]
-            if cid in global_copies:
-                ledger.send(cid, -1, global_copies[cid])
-            ledger.send(cid, -1, client.model)
-            theirs = global_copies.get(cid, client.model)
-            if client.num_train > 0:
-                received.append({k: v.detach().clone() for k, v in theirs.state_dict().items()})
-                teachers.append(client)
-
-        if teachers and self.aggregate:
-            weights = [c.num_train for c in teachers] if self.aggregation == "samples" else [1.0] * len(teachers)
-            steps.load_weights(server, steps.weighted_average(received, weights))
+        if updates and self.aggregate:
+            steps.load_weights(server, average_updates(updates)[GLOBAL])
         kd_loss = float("nan")
-        if teachers and self.server_epochs > 0:
-            kd_loss = self.distill(server, teachers, federation, runner)
-        return RoundResult(
-            senders=tuple(selected),
-            train_loss=nanmean(losses),
-            extra={"kd_loss": kd_loss, "dml_clients": float(sum(c not in self.no_dml for c in selected))},
-        )
+        if updates and self.server_epochs > 0:
+            kd_loss = self.distill(server, [federation.clients[u.client] for u in updates], federation, runner)
+        return {"kd_loss": kd_loss, "dml_clients": float(sum(bool(u.extra["dml"]) for u in updates))}
 
     def no_dml_work(self, client: Client, federation: Federation) -> ClientWork | None:
         """Selective DML (sec. 3.2.1): a client without DML trains the received global model alone on its data, at
@@ -332,7 +305,7 @@ class FedORION(Algorithm):
             self.server_epochs * self.noise_steps,
             federation.rng.data_order,
             runner.device,
-            channels_last=_memory_format(server) == torch.channels_last,
+            channels_last=memory_format(server) == torch.channels_last,
             kind=self.noise,
         )
         return runner.train(step, noise)
@@ -347,22 +320,3 @@ class FedORION(Algorithm):
             raise ConfigError(
                 f"checkpoint: the global model is {state['global_arch']}, this config builds {self.global_arch}"
             )
-
-
-def smallest_architecture(federation: Federation) -> str:
-    """The federation's architecture with the fewest trainable parameters (first in client order on ties)."""
-    sizes: dict[str, int] = {}
-    for client in federation.clients:
-        sizes.setdefault(client.arch, num_parameters(client.model))
-    return min(sizes, key=sizes.__getitem__)
-
-
-def _memory_format(model: nn.Module) -> torch.memory_format:
-    """The layout of a model's 4-D weights (channels-last when the federation's models use it)."""
-    import torch
-
-    for p in model.parameters():
-        if p.dim() == 4:
-            channels_last = p.is_contiguous(memory_format=torch.channels_last)
-            return torch.channels_last if channels_last else torch.contiguous_format
-    return torch.contiguous_format
