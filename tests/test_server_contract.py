@@ -186,3 +186,13 @@ def load_example(name: str):  # noqa: ANN201 - a module
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def test_the_guides_fedadam_is_the_examples() -> None:
+    """docs/extending.md's FedAdam block is examples/fedadam.py's class, its lines in order (the example's docstring
+    and checkpoint methods left out), so the guide cannot rot."""
+    guide = (ROOT / "docs" / "extending.md").read_text()
+    section = guide[guide.index("## Server methods"):guide.index("## Your own model")]
+    block = [line for line in section.split("```python\n", 1)[1].split("```", 1)[0].splitlines() if line.strip()]
+    example = iter((ROOT / "examples" / "fedadam.py").read_text().splitlines())
+    assert len(block) > 10 and all(line in example for line in block)  # a subsequence: `in` consumes the iterator
