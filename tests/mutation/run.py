@@ -37,6 +37,7 @@ MUTATIONS = Path(__file__).with_name("mutations.yaml")
 COPIED = ("lit_fl", "tests", "pyproject.toml")
 # The check of this list itself: in a mutant's tree the mutated snippet is gone, so it would "kill" every mutant.
 LIST_TEST = "tests/test_mutation_list.py"
+BASELINE_LIMIT = 3600.0  # seconds for the unmutated science tests (about 5 minutes on 2 busy cores)
 NOTHING_RAN = (4, 5)  # pytest's usage error (a selection that names no test) and 'no tests collected'
 PYTEST = [sys.executable, "-m", "pytest", "-q", "-x", "-m", "not slow", "-p", "no:cacheprovider", "-rf",
           "--no-header", "-W", "ignore"]
@@ -251,7 +252,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("ids", nargs="*", help="run only these mutation ids")
     parser.add_argument("--list", action="store_true", help="list the mutations and exit")
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per mutant and science run")
+    parser.add_argument("--timeout", type=float, default=300.0,
+                        help="the least seconds a mutant's science run may take (at least twice the unmutated run's; "
+                             "the whole fast suite four times that)")
     parser.add_argument("--file", type=Path, default=MUTATIONS, help="the mutation list (YAML)")
     args = parser.parse_args(argv)
 
@@ -278,13 +281,21 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="lit-fl-mutate-") as tmp:
         tree = Path(tmp)
         copy_tree(tree)
-        rc, output = run_tests(tree, science, args.timeout)
-        if rc != 0:
-            print(f"the unmutated science tests fail; fix them first:\n{first_failure(output)}", file=sys.stderr)
+        start = time.perf_counter()
+        rc, output = run_tests(tree, science, BASELINE_LIMIT)
+        baseline = time.perf_counter() - start
+        if rc is None:
+            print(f"the unmutated science tests ran past {BASELINE_LIMIT:.0f} s", file=sys.stderr)
             return 2
+        if rc != 0:
+            print(f"the unmutated science tests fail (pytest exit {rc}); fix them first:\n{first_failure(output)}",
+                  file=sys.stderr)
+            return 2
+        limit = max(args.timeout, 2 * baseline)  # a loaded machine is slower for the mutants too
+        print(f"unmutated science tests: {baseline:.0f} s; a mutant's may take {limit:.0f} s", flush=True)
         outcomes = []
         for i, m in enumerate(chosen, 1):
-            outcome = mutate(m, tree, science, args.timeout)
+            outcome = mutate(m, tree, science, limit)
             outcomes.append(outcome)
             print(f"[{i:>3}/{len(chosen)}] {outcome.status:8} {outcome.seconds:6.1f} s  {m.id:34} {outcome.detail}",
                   flush=True)
