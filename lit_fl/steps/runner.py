@@ -47,7 +47,7 @@ class StepRunner:
         num_nodes: int = 1,
         fuse: str = "off",
     ) -> None:
-        from lit_fl.config import TrainerConfig
+        from lit_fl.steps.trainer_config import TrainerConfig
 
         TrainerConfig(accelerator, devices, num_nodes, precision=precision, fuse=fuse)  # the keys' rules, written once
         if precision == "16-mixed" and not _gpu_selected(accelerator):
