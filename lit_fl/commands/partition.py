@@ -58,9 +58,8 @@ def _out_option(argv: list[str]) -> tuple[Path, list[str]]:
 
 
 def partition(data, seed: int, out: Path) -> int:  # noqa: ANN001
-    from lit_fl.data.registry import load_configured
     from lit_fl.errors import ConfigError
-    from lit_fl.federation.builder import client_splits
+    from lit_fl.federation.builder import client_splits, load_configured
     from lit_fl.suite.partition_plot import class_counts, write_bubble_plot, write_counts_csv
 
     dataset = load_configured(data, seed)
