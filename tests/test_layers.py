@@ -38,6 +38,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("cli",),  # lit-fl COMMAND: the dispatcher
     ("commands",),  # fit, sweep, compare, partition, configs
     ("suite",),  # sweep files, plans, the local runner, compare's results, tables and figures
+    ("fit_config",),  # lit-fl fit's parser, its config files and the experiment they prepare
     ("experiment",),  # builds everything from one config, owns the run directory
     ("validation",),  # the whole config's checks before a run starts
     ("algorithms",),

@@ -24,7 +24,7 @@ def main(argv: Sequence[str]) -> int:
         return 0
     from lit_fl.algorithms.registry import algorithm_class_paths
     from lit_fl.cli_errors import one_line
-    from lit_fl.commands.fit import config_keys, fit_parser, prepare, resolve_config_files, with_run_config
+    from lit_fl.fit_config import config_keys, fit_parser, prepare, resolve_config_files, with_run_config
     from lit_fl.validation import check_output_folder
 
     parser = fit_parser()
