@@ -47,8 +47,12 @@ assert set(IMAGE_SPECS) <= set(BUILTIN), "every image-file dataset has a loader 
 
 
 def register_dataset(name: str) -> Callable[[DatasetLoader], DatasetLoader]:
-    """Decorator: register ``fn(root, download, seed, **options) -> ImageDataset`` under ``name`` (a taken name is
-    refused, naming both loaders)."""
+    """Decorator: register ``fn(root, download, seed, **options) -> ImageDataset`` under ``name``. A taken name is
+    refused, naming both loaders, whatever the import order: a built-in's name first imports the built-in's module
+    (:data:`BUILTIN`), which registers it, so a loader of your own named ``cifar10`` is refused even when lit-fl's
+    would only have been imported later, on first load."""
+    if name in BUILTIN and name not in DATASETS:
+        importlib.import_module(BUILTIN[name])  # from the built-in's own module (being imported): that module as is
     return DATASETS.register(name)
 
 
