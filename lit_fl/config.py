@@ -1,4 +1,5 @@
-"""Typed config sections of ``lit-fl fit``. Every value is checked on construction, and a bad one raises a
+"""Typed config sections of ``lit-fl fit`` (``trainer``'s, :class:`TrainerConfig`, is the steps' own:
+:mod:`lit_fl.steps.trainer_config`). Every value is checked on construction, and a bad one raises a
 ``ValueError`` that names the config key and what is allowed (the CLI prints it as one line)."""
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ from lit_fl.choices import PARTITIONS
 from lit_fl.constraints import HalfOpenUnitInterval, PositiveFloat, PositiveInt, check_fields
 from lit_fl.data.proxy_config import ProxyConfig, as_proxy_config
 from lit_fl.errors import ConfigError
-from lit_fl.steps.precision import PRECISIONS
+from lit_fl.steps.trainer_config import TrainerConfig
+
+__all__ = ["DataConfig", "LoggerConfig", "ModelsConfig", "TrainerConfig"]
 
 
 @dataclass
@@ -108,43 +111,6 @@ class ModelsConfig:
             elif not is_known(arch):
                 raise ConfigError(f"models.pool: unknown architecture {arch!r}; allowed: {', '.join(allowed_names())}"
                                   " (or module:factory of your own)")
-
-
-@dataclass
-class TrainerConfig:
-    """Where and how steps run (Lightning Fabric).
-
-    Args:
-        accelerator: auto (GPU when present), cpu, gpu/cuda, mps.
-        devices: processes (devices) per node. More than 1 splits the federation's work over processes
-            (torch.distributed through Fabric: gloo on CPU, NCCL on GPU); the numbers stay those of 1.
-        num_nodes: nodes (torchrun or SLURM start the processes on each node).
-        strategy: auto or ddp: both run ddp when devices x num_nodes > 1, one process otherwise.
-        precision: 32-true, bf16-mixed or 16-mixed (GPU only; with several processes each keeps its own
-            gradient scaler, so 16-mixed results depend on the process count: bf16-mixed needs no scaler).
-        fuse: run the models of one architecture as one vectorised module where they learn from the same batch
-            (DFML's mutual learning, noise distillation), train on their own data (every method's client work:
-            local training, client DML, Def-KT's fusion, ...; not models with BatchNorm) and are evaluated:
-            ``on``, ``off``, or ``auto`` = on where it is faster, on a GPU (a round of small models is bound by
-            kernel launches there), off on a CPU. Same math within float32 rounding; with several processes each
-            fuses the work it owns.
-    """
-
-    accelerator: str = "auto"
-    devices: PositiveInt = 1
-    num_nodes: PositiveInt = 1
-    strategy: Literal["auto", "ddp"] = "auto"
-    precision: Literal["32-true", "bf16-mixed", "16-mixed"] = "32-true"
-    fuse: Literal["auto", "on", "off"] = "auto"
-
-    def __post_init__(self) -> None:
-        check_fields(self, "trainer.")
-        if self.precision not in PRECISIONS:
-            raise ConfigError(f"trainer.precision: {self.precision!r} is not allowed; allowed: {', '.join(PRECISIONS)}")
-        if self.strategy not in ("auto", "ddp"):
-            raise ConfigError(f"trainer.strategy: {self.strategy!r} is not allowed; allowed: auto, ddp")
-        if self.fuse not in ("auto", "on", "off"):
-            raise ConfigError(f"trainer.fuse: {self.fuse!r} is not allowed; allowed: auto, on, off")
 
 
 @dataclass

@@ -117,8 +117,7 @@ class Experiment:
 
     def build(self) -> tuple[Federation, StepRunner]:
         """The federation (on the runner's device) and the runner."""
-        from lit_fl.data.registry import load_configured
-        from lit_fl.federation.builder import build_federation
+        from lit_fl.federation.builder import build_federation, load_configured
         from lit_fl.steps.runner import StepRunner
 
         dataset = load_configured(self.data, self.seed)

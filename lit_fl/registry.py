@@ -12,6 +12,7 @@ partial-training slicing rules (:mod:`lit_fl.steps.slicing`) and algorithms (:mo
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Hashable, Iterator
 from typing import Generic, TypeVar
@@ -30,6 +31,8 @@ def definition(obj: object) -> str:
     is a place already)."""
     if isinstance(obj, str):
         return obj
+    while isinstance(obj, functools.partial):  # a loader registered as partial(load, name=...): where load is
+        obj = obj.func
     name = f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', type(obj).__qualname__)}"
     try:
         path = inspect.getsourcefile(obj)  # type: ignore[arg-type]
@@ -56,6 +59,10 @@ class Registry(Generic[T]):
         self._entries[key] = entry
         self._sources[key] = defined_by if defined_by is not None else entry
         return entry
+
+    def defined_by(self, key: Hashable) -> object:
+        """What registered ``key`` (for messages: :func:`definition`)."""
+        return self._sources[key]
 
     @property
     def _sources(self) -> dict[Hashable, object]:

@@ -24,7 +24,7 @@ def main(argv: Sequence[str]) -> int:
         return 0
     from lit_fl.algorithms.registry import algorithm_class_paths
     from lit_fl.cli_errors import one_line
-    from lit_fl.commands.fit import config_keys, fit_parser, prepare, resolve_config_files, with_run_config
+    from lit_fl.fit_config import config_keys, fit_parser, prepare, resolve_config_files, with_run_config
     from lit_fl.validation import check_output_folder
 
     parser = fit_parser()
@@ -58,9 +58,8 @@ def _out_option(argv: list[str]) -> tuple[Path, list[str]]:
 
 
 def partition(data, seed: int, out: Path) -> int:  # noqa: ANN001
-    from lit_fl.data.registry import load_configured
     from lit_fl.errors import ConfigError
-    from lit_fl.federation.builder import client_splits
+    from lit_fl.federation.builder import client_splits, load_configured
     from lit_fl.suite.partition_plot import class_counts, write_bubble_plot, write_counts_csv
 
     dataset = load_configured(data, seed)

@@ -17,7 +17,6 @@ from lit_fl.errors import ConfigError
 from lit_fl.registry import Registry
 
 if TYPE_CHECKING:
-    from lit_fl.config import DataConfig
     from lit_fl.data.dataset import ImageDataset
 
 DatasetLoader = Callable[..., "ImageDataset"]
@@ -25,7 +24,8 @@ DatasetLoader = Callable[..., "ImageDataset"]
 DATASETS: Registry[DatasetLoader] = Registry("dataset")
 
 #: the TFF/FedJAX federated datasets (their own clients: ``data.partition: natural``) -> the module of the loader;
-#: their loaders take ``num_clients`` and read only the clients drawn (:func:`load_configured`)
+#: their loaders take ``num_clients`` and read only the clients drawn
+#: (:func:`lit_fl.federation.builder.load_configured`)
 FEDERATED: dict[str, str] = {
     "femnist": "lit_fl.data.federated_images",
     "fed_cifar100": "lit_fl.data.federated_images",
@@ -47,8 +47,12 @@ assert set(IMAGE_SPECS) <= set(BUILTIN), "every image-file dataset has a loader 
 
 
 def register_dataset(name: str) -> Callable[[DatasetLoader], DatasetLoader]:
-    """Decorator: register ``fn(root, download, seed, **options) -> ImageDataset`` under ``name`` (a taken name is
-    refused, naming both loaders)."""
+    """Decorator: register ``fn(root, download, seed, **options) -> ImageDataset`` under ``name``. A taken name is
+    refused, naming both loaders, whatever the import order: a built-in's name first imports the built-in's module
+    (:data:`BUILTIN`), which registers it, so a loader of your own named ``cifar10`` is refused even when lit-fl's
+    would only have been imported later, on first load."""
+    if name in BUILTIN and name not in DATASETS:
+        importlib.import_module(BUILTIN[name])  # from the built-in's own module (being imported): that module as is
     return DATASETS.register(name)
 
 
@@ -75,13 +79,3 @@ def load_dataset(
     if name not in DATASETS:
         raise ConfigError(f"data.dataset: unknown dataset {name!r}; allowed: {', '.join(list_datasets())}")
     return DATASETS[name](root=Path(root), download=download, seed=seed, **options)
-
-
-def load_configured(data: DataConfig, seed: int) -> ImageDataset:
-    """The dataset of ``data`` (``data.options`` to its loader); a federated dataset under ``data.partition:
-    natural`` reads only the ``data.num_clients`` clients the natural partition draws
-    (:func:`lit_fl.data.natural.select_clients`, the same draw)."""
-    options = dict(data.options)
-    if data.partition == "natural" and data.dataset in FEDERATED:
-        options.setdefault("num_clients", data.num_clients)
-    return load_dataset(data.dataset, data.root, data.download, seed, **options)

@@ -12,12 +12,23 @@ from lit_fl.data.dataset import ImageDataset
 from lit_fl.data.natural import partition_natural
 from lit_fl.data.partition import class_proportions, partition, split_train_val
 from lit_fl.data.proxy import build_proxy, held_out_proxy_idx
+from lit_fl.data.registry import FEDERATED, load_dataset
 from lit_fl.errors import ConfigError
 from lit_fl.federation.faults import FaultsConfig
 from lit_fl.federation.state import Client, Federation
 from lit_fl.federation.topology import TopologyConfig, build_topology
 from lit_fl.models import assign_evenly, create_model, resolve_pool
 from lit_fl.models.registry import check_model_for_data
+
+
+def load_configured(data: DataConfig, seed: int) -> ImageDataset:
+    """The dataset of ``data`` (``data.options`` to its loader); a federated dataset under ``data.partition:
+    natural`` reads only the ``data.num_clients`` clients the natural partition draws
+    (:func:`lit_fl.data.natural.select_clients`, the same draw)."""
+    options = dict(data.options)
+    if data.partition == "natural" and data.dataset in FEDERATED:
+        options.setdefault("num_clients", data.num_clients)
+    return load_dataset(data.dataset, data.root, data.download, seed, **options)
 
 
 def build_federation(

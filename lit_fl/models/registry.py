@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from lit_fl.errors import ConfigError
-from lit_fl.registry import Registry
+from lit_fl.registry import DuplicateRegistration, Registry, definition
 
 if TYPE_CHECKING:
     from torch import nn
@@ -36,19 +36,41 @@ MODEL_FAMILIES: Registry[tuple[re.Pattern[str], str, ModelFactory]] = Registry("
 
 
 def register_model(*names: str) -> Callable[[ModelFactory], ModelFactory]:
-    """Decorator: register ``factory(arch, input_shape, num_classes)`` for the architectures ``names``."""
-    return MODELS.register(*names)
+    """Decorator: register ``factory(arch, input_shape, num_classes)`` for the architectures ``names``. A name that is
+    registered already, or that a registered family builds (``cnn_32_64``), is refused, naming both factories."""
+
+    def decorate(factory: ModelFactory) -> ModelFactory:
+        for name in names:
+            for pattern, (compiled, _, family) in MODEL_FAMILIES.items():
+                if compiled.fullmatch(name):
+                    _refuse(name, _family(str(pattern), family), f"{definition(factory)} by name")
+        return MODELS.register(*names)(factory)
+
+    return decorate
 
 
 def register_model_family(pattern: str, example: str) -> Callable[[ModelFactory], ModelFactory]:
     """Decorator: register a factory for every name matching the regex ``pattern`` (``example`` is shown in errors
-    and ``--help``)."""
+    and ``--help``). A pattern registered already, or one that builds a registered name, is refused, naming both."""
 
     def decorate(factory: ModelFactory) -> ModelFactory:
-        MODEL_FAMILIES.add(pattern, (re.compile(pattern), example, factory), defined_by=factory)
+        compiled = re.compile(pattern)
+        for name in MODELS:
+            if compiled.fullmatch(str(name)):
+                _refuse(str(name), f"{definition(MODELS.defined_by(name))} by name", _family(pattern, factory))
+        MODEL_FAMILIES.add(pattern, (compiled, example, factory), defined_by=factory)
         return factory
 
     return decorate
+
+
+def _refuse(name: str, first: str, second: str) -> NoReturn:
+    """An exact name and a family that builds it (in the order they came): one would silently shadow the other."""
+    raise DuplicateRegistration(f"model {name!r} is registered twice: {first} and {second}")
+
+
+def _family(pattern: str, factory: object) -> str:
+    return f"the family {pattern!r} of {definition(factory)}"
 
 
 def allowed_names() -> list[str]:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 import lightning as L
 
 from lit_fl.data.batches import ClientBatches, PlannedBatch, StackedBatches
-from lit_fl.steps.runner import phase_loss
+from lit_fl.steps.step_loss import phase_loss
 from lit_fl.steps.unfused import say_unfused
 
 if TYPE_CHECKING:

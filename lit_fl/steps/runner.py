@@ -21,6 +21,7 @@ from torch import Tensor
 from lit_fl.errors import ConfigError
 from lit_fl.steps.placement import Placement
 from lit_fl.steps.precision import Precision
+from lit_fl.steps.step_loss import has_loss_counter, phase_loss  # phase_loss: importable from here as before
 
 if TYPE_CHECKING:
     import lightning as L
@@ -46,7 +47,7 @@ class StepRunner:
         num_nodes: int = 1,
         fuse: str = "off",
     ) -> None:
-        from lit_fl.config import TrainerConfig
+        from lit_fl.steps.trainer_config import TrainerConfig
 
         TrainerConfig(accelerator, devices, num_nodes, precision=precision, fuse=fuse)  # the keys' rules, written once
         if precision == "16-mixed" and not _gpu_selected(accelerator):
@@ -184,20 +185,6 @@ class StepRunner:
     def autocast(self):  # noqa: ANN201 - a context manager
         """The precision context for forward passes outside :meth:`fit` (evaluation)."""
         return self.fabric.autocast()
-
-
-def has_loss_counter(step: L.LightningModule) -> bool:
-    """Whether ``step`` keeps its own ``loss_sum`` and ``num_batches`` (every built-in step does)."""
-    return hasattr(step, "loss_sum") and hasattr(step, "num_batches")
-
-
-def phase_loss(step: L.LightningModule, returned: Sequence[Tensor]) -> float:
-    """A phase's mean loss per batch, read from the device once: the step's own ``loss_sum / num_batches`` when it
-    keeps them (exact over processes), else the mean of what ``training_step`` returned (a step of your own needs
-    no counter); 0.0 for a phase without a batch."""
-    if has_loss_counter(step):
-        return float(step.loss_sum) / max(step.num_batches, 1)
-    return float(torch.stack(list(returned)).sum()) / len(returned) if returned else 0.0
 
 
 def _on_device(step: torch.nn.Module, device: torch.device) -> bool:

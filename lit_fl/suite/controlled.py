@@ -133,7 +133,7 @@ def _resolved(run: SweepRun, cache: dict[str, dict[str, Any]]) -> dict[str, Any]
 def effective_config(argv: list[str]) -> dict[str, Any]:
     """The flat ``{dotted key: value}`` of everything ``lit-fl fit argv`` would run with: the config files, the
     arguments and every default, and ``models.same_init`` resolved to the method's paper default where unset."""
-    from lit_fl.commands.fit import resolve_config_files
+    from lit_fl.fit_config import resolve_config_files
 
     config = _parser().parse_args(resolve_config_files(argv)).as_dict()
     flat = dict(_flatten(config))
@@ -144,7 +144,7 @@ def effective_config(argv: list[str]) -> dict[str, Any]:
 
 @functools.cache
 def _parser() -> Any:
-    from lit_fl.commands.fit import fit_parser
+    from lit_fl.fit_config import fit_parser
 
     return fit_parser()
 

@@ -57,7 +57,7 @@ def checked_runs(runs: Iterable[SweepRun], file: str) -> Iterator[SweepRun]:
     values."""
     from lit_fl.algorithms.registry import algorithm_class_paths
     from lit_fl.cli_errors import one_line
-    from lit_fl.commands.fit import config_keys, fit_parser, prepare, resolve_config_files
+    from lit_fl.fit_config import config_keys, fit_parser, prepare, resolve_config_files
 
     parser = fit_parser()
     checked: set[tuple[Any, str, str]] = set()
