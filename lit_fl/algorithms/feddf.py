@@ -81,6 +81,9 @@ class FedDF(Algorithm):
         batch_size: the clients' batch size (FedORION sec. 4.1: 32).
     """
 
+    #: FedORION sec. 4.1: FedDF "reported based on the ensemble of the global models" (server_acc/global)
+    reports = "server_acc/global"
+
     sequence_tasks = True  # per-token KL to the ensemble on the proxy sequences (PAD inputs masked)
 
     def __init__(

@@ -98,6 +98,9 @@ class FedKEMF(Algorithm):
         batch_size: the clients' batch size (FedORION sec. 4.1: 32).
     """
 
+    #: FedORION sec. 4.1: "test set accuracy of the global server model" (its knowledge network)
+    reports = "server_acc/global"
+
     paper_same_init = False
     uses_topology = False  # every selected client talks to the server
     sequence_tasks = True  # per-token DML on the private data, per-token fusion CE on the public sequences

@@ -63,6 +63,9 @@ class ServerFedAvg(Algorithm):
         batch_size: B, the clients' batch size (FedORION sec. 4.1: 32).
     """
 
+    #: FedORION App. D (Table 3) and DFML App. A.4.1 (Fig. 12): the server's global model on the test set
+    reports = "server_acc/global"
+
     sequence_tasks = True  # learns from logits alone: runs on token sequences (lit_fl.data.tokens)
 
     def __init__(

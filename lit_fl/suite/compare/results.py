@@ -118,7 +118,7 @@ def _from_run_dirs(paths: list[Path], metric: str | None) -> Comparison:
         raise ConfigError(f"compare: no runs with metrics in {', '.join(map(str, paths))}")
     _keep_differing(runs)
     title = ", ".join(printable(p.name) for p in paths)
-    return Comparison(title, _group(runs, None), None, metric or "global_acc", paths[0], left_out)
+    return Comparison(title, _group(runs, None), None, metric or "reported_acc", paths[0], left_out)
 
 
 def _from_sweep(sweep_dir: Path, metric: str | None) -> Comparison:
@@ -137,7 +137,7 @@ def _from_sweep(sweep_dir: Path, metric: str | None) -> Comparison:
     if not runs:
         raise ConfigError(f"compare: no runs with metrics in {sweep_dir} (run the sweep first: lit-fl sweep ...)")
     constant = {k for k in runs[0].params if all(r.params.get(k) == runs[0].params[k] for r in runs)}
-    name = metric or (paper.metric if paper else manifest.metric.get("name", "global_acc"))
+    name = metric or (paper.metric if paper else manifest.metric.get("name", "reported_acc"))
     return Comparison(manifest.sweep, _group(runs, paper, hide=constant), paper, name, sweep_dir, left_out)
 
 
