@@ -212,3 +212,21 @@ def test_the_dashboard_leaves_out_a_column_no_run_shown_has_a_value_in(tmp_path:
     page = (tmp_path / "d.html").read_text()
     assert '"text":"kd_loss\\u003cbr' in page
     assert not [c for c in ("alpha", "aggregator", "Server model global: accuracy") if f'"text":"{c}\\u003cbr' in page]
+
+
+def test_runs_without_reported_acc_are_compared_by_a_named_column(tmp_path: Path) -> None:
+    """A run written before lit-fl wrote ``reported_acc``: the default table says, in one line, to name a column."""
+    import json
+
+    from lit_fl.errors import ConfigError
+    from lit_fl.suite.compare.results import load_comparison
+
+    for seed in (0, 1):
+        run_dir = tmp_path / f"old{seed}"
+        run_dir.mkdir()
+        (run_dir / "metrics.csv").write_text("round,global_acc,comm_mb\n1,0.5,1.0\n")
+        (run_dir / "config.yaml").write_text(f"seed: {seed}\n")
+        (run_dir / "summary.json").write_text(json.dumps({"status": "completed"}))
+    with pytest.raises(ConfigError, match=r"'reported_acc' is not a column .*name a column with --metric.*global_acc"):
+        load_comparison([tmp_path])
+    assert load_comparison([tmp_path], "global_acc").metric == "global_acc"

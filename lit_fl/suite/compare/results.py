@@ -146,12 +146,14 @@ def _check_metric(comparison: Comparison) -> None:
     is damaged, and named). A metric only some methods report (``server_acc/global``: FedMD has no server model)
     shows "-" for the others, which a claim reads on their own column (``worse_metric``)."""
     columns = sorted({key for run in comparison.runs for key in run.rows[0]})
+    older = "; a run written before lit-fl wrote reported_acc: name a column with --metric" \
+        if comparison.metric == "reported_acc" else ""
     if comparison.metric not in columns:
-        raise ConfigError(f"--metric: {comparison.metric!r} is not a column of these runs; allowed: "
+        raise ConfigError(f"--metric: {comparison.metric!r} is not a column of these runs{older}; allowed: "
                           f"{', '.join(c for c in columns if c != 'round')}")
     for run in comparison.runs:
         if comparison.metric in BASE_COLUMNS and comparison.metric not in run.rows[0]:
-            raise ConfigError(f"{run.path / 'metrics.csv'}: no {comparison.metric} column, the metric compared; "
+            raise ConfigError(f"{run.path / 'metrics.csv'}: no {comparison.metric} column, the metric compared{older}; "
                               f"it has {', '.join(run.rows[0])}")
 
 
