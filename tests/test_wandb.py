@@ -15,7 +15,8 @@ from wandb_records import read_payloads, read_run
 from lit_fl.tracking import read_metrics
 
 ROUNDS = 3
-LOGGED = ["reported_acc", "global_acc", "global_acc_regular", "local_acc", "alpha", "comm_mb"] + [f"acc/{a}" for a in TINY_POOL]
+LOGGED = ["reported_acc", "global_acc", "global_acc_regular", "local_acc", "alpha", "comm_mb"]
+LOGGED += [f"acc/{a}" for a in TINY_POOL]
 
 
 def wait_for_exit_record(path: Path, timeout_s: float = 2.0) -> None:
