@@ -215,7 +215,8 @@ class Experiment:
             federation,
             self.algorithm,
             runner,
-            Evaluator(autocast=runner.autocast, placement=runner.placement, fuse=runner.fuse),
+            Evaluator(autocast=runner.autocast, placement=runner.placement, fuse=runner.fuse,
+                      reports=self.algorithm.reports),
             ledger,
             self.rounds,
             self.eval_every,
@@ -238,8 +239,9 @@ class Experiment:
             # the rows as metrics.csv holds them (rounded), so a resumed run's summary equals an uninterrupted one's
             rows = read_metrics(run.metrics) if run.has_metrics() else []
             summary = _summary(rows, status, federation.round, self.rounds, wall_s(), ledger.total_mb)
+            summary["reports"] = self.algorithm.reports
             summary["run_dir"] = str(run_path)
-            summary["topology"] = federation.topology.name
+            summary["topology"] = topology_used(self.algorithm, federation)
             if loop.stop_signal:
                 summary["stop_signal"] = loop.stop_signal
             if error:
@@ -267,7 +269,8 @@ class Experiment:
             load_checkpoint(ckpt_path, federation, self.algorithm, ledger, RunIdentity.of(config))
             check_rows_up_to(RunDir(run_path), federation.round, self.eval_every)
             check_rounds_left(RunDir(run_path), federation.round, self.rounds)
-        evaluator = Evaluator(autocast=runner.autocast, placement=runner.placement, fuse=runner.fuse)
+        evaluator = Evaluator(autocast=runner.autocast, placement=runner.placement, fuse=runner.fuse,
+                              reports=self.algorithm.reports)
         loop = RoundLoop(federation, self.algorithm, runner, evaluator, ledger, self.rounds, self.eval_every)
         outcome = loop.run()
         return {"status": "interrupted" if outcome.interrupted else "completed", "rank": runner.placement.rank}
@@ -297,8 +300,10 @@ class Experiment:
 def _summary(
     history: list[dict[str, float]], status: str, last_round: int, rounds: int, wall_s: float, comm_mb: float
 ) -> dict[str, Any]:
-    evaluated = [r for r in history if not math.isnan(r.get("global_acc", math.nan))]
-    best = max(evaluated, key=lambda r: r["global_acc"]) if evaluated else None
+    """``final``: the last evaluated row; ``best``: the row of the highest ``reported_acc`` (its value and round);
+    ``best_<column>``: the same for ``global_acc`` and every server model's accuracy."""
+    evaluated = [r for r in history if not math.isnan(r.get("reported_acc", math.nan))]
+    best = max(evaluated, key=lambda r: r["reported_acc"]) if evaluated else None
     return {
         "status": status,
         "rounds_completed": last_round,
@@ -306,19 +311,36 @@ def _summary(
         "wall_s": round(wall_s, 3),
         "comm_mb": comm_mb,
         "final": dict(history[-1]) if history else {},
-        "best": {"global_acc": best["global_acc"], "round": int(best["round"])} if best else {},
-        **_best_server(evaluated),
+        "best": {"reported_acc": best["reported_acc"], "round": int(best["round"])} if best else {},
+        **_best_of(evaluated),
     }
 
 
-def _best_server(rows: list[dict[str, float]]) -> dict[str, Any]:
-    """Best value and round of every server model's accuracy (FedORION, codistillation)."""
-    keys = sorted({k for r in rows for k in r if k.startswith("server_acc/")})
+def _best_of(rows: list[dict[str, float]]) -> dict[str, Any]:
+    """Best value and round of ``global_acc`` and of every server model's accuracy (FedORION, codistillation)."""
+    keys = sorted({k for r in rows for k in r if k == "global_acc" or k.startswith("server_acc/")})
     out = {}
     for key in keys:
-        best = max(rows, key=lambda r: r.get(key, -1.0))
-        out[f"best_{key}"] = {"value": best[key], "round": int(best["round"])}
+        best = max(rows, key=lambda r: _or_below(r.get(key, math.nan)))
+        if not math.isnan(best.get(key, math.nan)):
+            out[f"best_{key}"] = {"value": best[key], "round": int(best["round"])}
     return out
+
+
+def _or_below(value: float) -> float:
+    """``value``, or below every accuracy where it is NaN (not evaluated), for ``max``."""
+    return -1.0 if math.isnan(value) else value
+
+
+def topology_used(algorithm: Algorithm, federation: Federation) -> str:
+    """The network the run's transfers took, as ``summary.json`` records it: ``none`` for a method that sends
+    nothing (Local), ``server`` for a server method (every client reaches the server: ``uses_topology`` false, or a
+    server model), else the topology's name."""
+    if not algorithm.sends_models:
+        return "none"
+    if not algorithm.uses_topology or federation.server:
+        return "server"
+    return federation.topology.name
 
 
 def launched_follower() -> bool:

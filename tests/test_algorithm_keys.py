@@ -37,6 +37,27 @@ def test_the_built_ins_are_all_listed() -> None:
     assert sorted(path.rsplit(".", 1)[1] for path in ALGORITHMS) == sorted(PAPER_LOSS)
 
 
+#: the metrics.csv column each built-in's paper reports (docs/metrics.md, "reported_acc"): the server's model for
+#: FedORION and its server baselines (FedORION sec. 4.1, App. D), the clients' mean for FedMD and KT-pFL (sec. 4.1),
+#: the clients' own data for UA-PDFL and its baselines (Tables 1-5), DFML's peak models, codistillation's large model
+PAPER_REPORTS = {
+    **dict.fromkeys(["DFML", "DecentralizedFedAvg", "DecentralizedFedProx", "DecentralizedFML", "HeteroFL", "FedRolex",
+                     "FederatedDropout", "DefKT", "FullAvg", "Combo", "FedMD", "KTpFL"], "global_acc"),
+    **dict.fromkeys(["UAPDFL", "FedPer", "Local", "CriticalFL", "DFedAvgM", "DisPFL"], "local_acc"),
+    **dict.fromkeys(["FedORION", "FedDF", "DSFL", "FedKEMF", "FDmeta", "ServerFedAvg", "ServerFedProx", "FedNTD",
+                     "SCAFFOLD"], "server_acc/global"),
+    **dict.fromkeys(["PeriodicCodist", "MergedCodist"], "server_acc/large"),
+}
+
+
+def test_every_builtin_declares_the_column_its_paper_reports() -> None:
+    """Each built-in says which column it reports on a class of its own (not Algorithm's default by omission)."""
+    assert {name: getattr(algorithms, name).reports for name in PAPER_LOSS} == PAPER_REPORTS
+    undeclared = [name for name in PAPER_LOSS
+                  if not any("reports" in vars(k) for k in getattr(algorithms, name).__mro__ if k is not Algorithm)]
+    assert not undeclared
+
+
 def test_a_new_method_trains_with_cross_entropy_unless_it_says_otherwise() -> None:
     class Mine(DecentralizedAlgorithm):
         def run_round(self, round_, federation, runner, ledger: CommunicationLedger):  # noqa: ANN001, ANN201

@@ -24,6 +24,7 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
     result = run_cli("fit", "--config", cfg, "--run_dir", root / "runs", "--name", RUN)
     assert result.rc == 0, result.err
     assert "completed: 3/3 rounds" in result.out
+    (root / "out.txt").write_text(result.out)
     return root
 
 
@@ -72,13 +73,14 @@ def test_run_directory_contract(finished: Path) -> None:
 
     rows = read_metrics(run / "metrics.csv")
     header = (run / "metrics.csv").read_text().splitlines()[0].split(",")
-    required = ["round", "global_acc", "global_acc_regular", "local_acc", "alpha", "comm_mb", "round_s"]
+    required = ["round", "reported_acc", "global_acc", "global_acc_regular", "local_acc", "alpha", "comm_mb", "round_s"]
     required += ["acc/cnn_4_8", "acc/cnn_8"]
     assert set(required) <= set(header), sorted(set(required) - set(header))
     assert [r["round"] for r in rows] == [1, 2, 3]
     for row in rows:
         for key in ("global_acc", "global_acc_regular", "local_acc", "acc/cnn_4_8", "acc/cnn_8"):
             assert 0.0 <= row[key] <= 1.0, (key, row)
+        assert row["reported_acc"] == row["global_acc"]  # DFML reports its peak models' global accuracy
         assert 0.0 <= row["alpha"] <= 0.9
         assert row["round_s"] >= 0.0
     comm = [r["comm_mb"] for r in rows]
@@ -89,12 +91,55 @@ def test_run_directory_contract(finished: Path) -> None:
     assert summary["rounds_completed"] == 3
     assert summary["final"]["round"] == 3
     assert math.isclose(summary["final"]["global_acc"], rows[-1]["global_acc"], abs_tol=1e-5)
-    best = max(rows, key=lambda r: r["global_acc"])
-    assert math.isclose(summary["best"]["global_acc"], best["global_acc"], abs_tol=1e-5)
-    assert 1 <= summary["best"]["round"] <= 3
+    best = max(rows, key=lambda r: r["reported_acc"])
+    assert math.isclose(summary["best"]["reported_acc"], best["reported_acc"], abs_tol=1e-5)
+    assert summary["best"]["round"] == best["round"] and summary["best_global_acc"]["round"] == best["round"]
+    assert summary["reports"] == "global_acc" and summary["topology"] == "mesh"
 
     assert (run / "checkpoints" / "last.ckpt").is_file()
     assert not (run / "wandb").exists()
+
+
+def test_the_final_line_says_the_reported_accuracy_and_the_traffic_in_significant_digits(finished: Path) -> None:
+    """``completed: ... reported_acc X (best Y at round R; column), M MB sent``: M to three significant digits (a
+    run that sent 0.042 MB does not say 0.0)."""
+    import re
+
+    summary = json.loads((finished / "runs" / RUN / "summary.json").read_text())
+    line = (finished / "out.txt").read_text().splitlines()[-1]
+    final, best = summary["final"]["reported_acc"], summary["best"]
+    assert f"reported_acc {final:.4f} (best {best['reported_acc']:.4f} at round {best['round']}; global_acc)" in line
+    sent = re.search(r", (\S+) MB sent", line)
+    assert sent and summary["comm_mb"] < 1.0 and float(sent.group(1)) == float(f"{summary['comm_mb']:.3g}"), line
+
+
+@pytest.mark.parametrize(("mb", "shown"), [(0.0, "0"), (0.0421, "0.0421"), (0.04216, "0.0422"), (1.5, "1.5"),
+                                           (45.678, "45.7"), (1234.6, "1,235"), (0.0000123, "1.23e-05")])
+def test_megabytes_keep_three_significant_digits(mb: float, shown: str) -> None:
+    from lit_fl.commands.fit import megabytes
+
+    assert megabytes(mb) == shown
+
+
+def test_summary_records_the_network_a_method_used() -> None:
+    """``summary.json``'s ``topology``: the topology's name for a method that reads it, ``server`` for a server method
+    (with a server model, or ``uses_topology`` false: FedMD's logits), ``none`` for one that sends nothing."""
+    from federations import tiny_federation
+
+    from lit_fl.algorithms import DecentralizedFedAvg, FedMD, Local, ServerFedAvg
+    from lit_fl.experiment import topology_used
+    from lit_fl.federation.topology import ring
+
+    fed = tiny_federation(num_clients=4, pool=("cnn_4_8",))
+    assert topology_used(DecentralizedFedAvg(), fed) == "mesh"
+    assert topology_used(Local(), fed) == "none"
+    assert topology_used(FedMD(), fed) == "server"
+    server = ServerFedAvg()
+    server.setup(fed)
+    assert topology_used(server, fed) == "server"
+    ringed = tiny_federation(num_clients=4, pool=("cnn_4_8",))
+    ringed.topology = ring(4)
+    assert topology_used(DecentralizedFedAvg(), ringed) == "ring" and topology_used(FedMD(), ringed) == "server"
 
 
 # (extra argv, config changes, words the one error line must contain); ids name the case

@@ -14,7 +14,7 @@ from conftest import run_cli, snapshot
 
 from lit_fl.suite.compare.curves import color
 
-HEADER = ["round", "global_acc", "global_acc_regular", "local_acc", "comm_mb", "acc/cnn_a", "acc/cnn_b"]
+HEADER = ["round", "reported_acc", "global_acc", "global_acc_regular", "local_acc", "comm_mb", "acc/cnn_a", "acc/cnn_b"]
 # (configuration, seed) -> global_acc per round; comm_mb = 10 MB per round
 CURVES = {
     ("dfml.yaml", 0): [0.50, 0.70, 0.85, 0.90],
@@ -30,7 +30,7 @@ def _write_run(folder: Path, values: list[float]) -> None:
         writer = csv.writer(handle)
         writer.writerow(HEADER)
         for i, acc in enumerate(values, start=1):
-            writer.writerow([i, acc, acc - 0.05, acc + 0.05, 10.0 * i, acc - 0.01, acc + 0.01])
+            writer.writerow([i, acc, acc, acc - 0.05, acc + 0.05, 10.0 * i, acc - 0.01, acc + 0.01])
     (folder / "summary.json").write_text(json.dumps({"status": "completed"}))
 
 
@@ -77,7 +77,8 @@ def test_results_table_numbers(sweep_dir: Path) -> None:
     assert "| dfml | 2 | 4 | 88.00 ± 2.83 |" in markdown and "73.66" in markdown
     assert markdown in result.out  # the table is printed too
     figures = sorted(p.name for p in (sweep_dir / "compare" / "figures").glob("*.png"))
-    assert figures == ["acc_cnn_a.png", "acc_cnn_b.png", "global_acc.png", "global_acc_regular.png", "local_acc.png"]
+    assert figures == ["acc_cnn_a.png", "acc_cnn_b.png", "global_acc.png", "global_acc_regular.png", "local_acc.png",
+                       "reported_acc.png"]
     assert "\\begin{tabular}" in (sweep_dir / "compare" / "results.tex").read_text()
 
 

@@ -96,7 +96,7 @@ def test_an_unfinished_run_is_named_and_never_averaged_into_the_final_accuracy(t
         run_dir = tmp_path / name
         csv = MetricsCSV(run_dir / "metrics.csv")
         for r, a in enumerate(accuracy, 1):
-            csv.append({"round": r, "global_acc": a, "comm_mb": float(r)})
+            csv.append({"round": r, "reported_acc": a, "global_acc": a, "comm_mb": float(r)})
         (run_dir / "config.yaml").write_text("seed: 0\n" if name == "a" else "seed: 1\n")
         (run_dir / "summary.json").write_text(json.dumps({"status": status}))
     comparison = load_comparison([tmp_path], None)
@@ -151,3 +151,82 @@ def test_the_png_legend_is_never_clipped(tmp_path: Path) -> None:
     width, height = Image.open(path).size
     assert height > 4 * 120  # the legend sits below the 4-inch panels, inside the image
     assert width >= 11 * 120 * 0.9
+
+
+def test_configurations_are_labelled_by_the_settings_that_differ_as_key_value(tmp_path: Path) -> None:
+    """A sweep over whole sections (``algorithm: {class_path, init_args}``, ``data: {partition, beta}``): each label
+    names the class and ``key=value`` of only the settings that set configurations apart, never a section's bare
+    values (``fd.FederatedDistillation 1.0-kl-1.0-True-...``) nor a setting all of them share."""
+    import json
+
+    from lit_fl.suite.compare.results import load_comparison
+    from lit_fl.tracking import MetricsCSV
+
+    fd = {"temperature": 1.0, "distance": "kl", "beta": 1.0, "detach": True, "weighting": "samples", "lr": 0.01}
+    algorithms = [
+        {"class_path": "fd.FederatedDistillation", "init_args": fd},
+        {"class_path": "fd.FederatedDistillation", "init_args": {**fd, "temperature": 2.0}},
+        {"class_path": "lit_fl.algorithms.DFML", "init_args": {"alpha_max": 0.9, "lr": 0.01}},
+    ]
+    datas = [{"partition": "dirichlet", "beta": 0.1}, {"partition": "dirichlet", "beta": 0.5}, {"partition": "iid"}]
+    root, runs = tmp_path / "sweep", []
+    for i, (algorithm, data) in enumerate((a, d) for a in algorithms for d in datas):
+        name = f"{i:03d}"
+        csv = MetricsCSV(root / "runs" / name / "metrics.csv")
+        csv.append({"round": 1, "reported_acc": 0.5, "comm_mb": 1.0})
+        (root / "runs" / name / "summary.json").write_text(json.dumps({"status": "completed"}))
+        params = {"algorithm": algorithm, "data": data, "rounds": 3, "seed": 0}
+        runs.append({"name": name, "params": params, "command": [], "status": "completed", "run_dir": f"runs/{name}"})
+    (root / "manifest.json").write_text(json.dumps({"sweep": "fd", "method": "grid", "metric": {}, "file": "fd.yaml",
+                                                   "overrides": [], "runs": runs}))
+    shown = [g.label for g in load_comparison([root]).groups]
+    assert shown[:3] == ["FederatedDistillation, temperature=1.0, partition=dirichlet, beta=0.1",
+                         "FederatedDistillation, temperature=1.0, partition=dirichlet, beta=0.5",
+                         "FederatedDistillation, temperature=1.0, partition=iid"]
+    assert shown[3] == "FederatedDistillation, temperature=2.0, partition=dirichlet, beta=0.1"
+    assert shown[6:] == ["DFML, partition=dirichlet, beta=0.1", "DFML, partition=dirichlet, beta=0.5",
+                         "DFML, partition=iid"]
+
+
+def test_configurations_alike_but_for_a_setting_one_lacks_are_told_apart() -> None:
+    from lit_fl.suite.compare.results import labels
+
+    assert labels([{"config": "a.yaml", "algorithm.mu": 0.5}, {"config": "a.yaml"}]) == ["mu=0.5", ""]
+    assert labels([{"config": "a.yaml", "seed": 1}, {"config": "b.yaml", "seed": 1}]) == ["a", "b"]
+
+
+def test_the_dashboard_leaves_out_a_column_no_run_shown_has_a_value_in(tmp_path: Path) -> None:
+    """Server methods log no ``alpha`` and no ``aggregator`` (NaN in every row): no empty panel for them; a column
+    that one run of the comparison fills is drawn."""
+    from lit_fl.suite.compare.curves import every_numeric_column
+    from lit_fl.suite.compare.dashboard import write_dashboard
+
+    runs = [loss_run(0, [2.0, 1.0]), loss_run(1, [1.5, 1.1])]
+    for run_ in runs:
+        for row in run_.rows:
+            row.update({"alpha": math.nan, "aggregator": math.nan, "server_acc/global": math.nan,
+                        "kd_loss": 0.3 if run_.seed == 1 and row["round"] == 2 else math.nan})
+    comparison = Comparison("t", [Group("m", {}, runs)], paper=None, metric="global_acc", source=Path("."))
+    assert every_numeric_column(comparison) == ["global_acc", "dropped_senders", "kd_loss", "train_loss"]
+    assert len(write_dashboard(comparison, "", tmp_path / "d.html")) == 2 * 4
+    page = (tmp_path / "d.html").read_text()
+    assert '"text":"kd_loss\\u003cbr' in page
+    assert not [c for c in ("alpha", "aggregator", "Server model global: accuracy") if f'"text":"{c}\\u003cbr' in page]
+
+
+def test_runs_without_reported_acc_are_compared_by_a_named_column(tmp_path: Path) -> None:
+    """A run written before lit-fl wrote ``reported_acc``: the default table says, in one line, to name a column."""
+    import json
+
+    from lit_fl.errors import ConfigError
+    from lit_fl.suite.compare.results import load_comparison
+
+    for seed in (0, 1):
+        run_dir = tmp_path / f"old{seed}"
+        run_dir.mkdir()
+        (run_dir / "metrics.csv").write_text("round,global_acc,comm_mb\n1,0.5,1.0\n")
+        (run_dir / "config.yaml").write_text(f"seed: {seed}\n")
+        (run_dir / "summary.json").write_text(json.dumps({"status": "completed"}))
+    with pytest.raises(ConfigError, match=r"'reported_acc' is not a column .*name a column with --metric.*global_acc"):
+        load_comparison([tmp_path])
+    assert load_comparison([tmp_path], "global_acc").metric == "global_acc"

@@ -28,6 +28,25 @@ def test_global_accuracy_is_the_mean_over_all_clients_on_the_whole_test_set() ->
     assert metrics["global_acc_regular"] == metrics["global_acc"]  # no peak models yet
     assert metrics["acc/cnn_4"] == pytest.approx((per_client[0] + per_client[1]) / 2)
     assert metrics["acc/cnn_8"] == pytest.approx((per_client[2] + per_client[3]) / 2)
+
+
+def test_reported_acc_is_the_column_the_method_reports() -> None:
+    """``reported_acc`` repeats the column named by ``reports`` (the method's ``Algorithm.reports``), whichever it
+    is; a column the evaluation does not write is refused in one line naming the columns it does."""
+    from lit_fl.errors import ConfigError
+
+    fed = tiny_federation(num_clients=4, pool=("cnn_4", "cnn_8"))
+    fed.server["global"] = copy.deepcopy(fed.clients[3].model)
+    with torch.no_grad():
+        next(fed.server["global"].parameters()).mul_(-1.0)  # a server model unlike every client's
+    for column in ("global_acc", "local_acc", "server_acc/global", "acc/cnn_4"):
+        metrics = Evaluator(reports=column).evaluate(fed)
+        assert metrics["reported_acc"] == metrics[column]
+    values = Evaluator().evaluate(fed)
+    assert len({values[c] for c in ("global_acc", "local_acc", "server_acc/global")}) == 3  # the choice shows
+    with pytest.raises(ConfigError, match=r"'server_acc/small'.*writes .*global_acc.*server_acc/global") as err:
+        Evaluator(reports="server_acc/small").evaluate(fed)
+    assert "\n" not in str(err.value)
     own = []
     for c in fed.clients:
         x, y = fed.data.train_x[c.val_idx], fed.data.train_y[c.val_idx]
@@ -136,7 +155,8 @@ def reference_metrics(fed) -> dict[str, float]:  # noqa: ANN001
         rows["local_acc"].append(accuracy(shown, val_x, val_y))
         rows["local_acc_regular"].append(accuracy(c.regular_model, val_x, val_y))
         per_arch.setdefault(c.arch, []).append(rows["global_acc"][-1])
-    return {**{k: mean(v) for k, v in rows.items()}, **{f"acc/{a}": mean(v) for a, v in per_arch.items()}}
+    return {"reported_acc": mean(rows["global_acc"]), **{k: mean(v) for k, v in rows.items()},
+            **{f"acc/{a}": mean(v) for a, v in per_arch.items()}}
 
 
 def test_models_that_differ_give_the_numbers_of_one_client_at_a_time() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -62,6 +63,34 @@ SHORTER["dsfl"] = ["--algorithm.local_epochs", "1", "--algorithm.distill_epochs"
 SHORTER["feddf"] += ["--algorithm.distill_steps", "10"]
 
 
+#: the mnist5k configs of server methods: every client reaches the server, no topology (summary.json says so)
+SERVER_BASED = {"codistillation", "merged_codist", "dsfl", "fdmeta", "feddf", "fedkemf", "fedmd", "fedntd", "fedorion",
+                "ktpfl", "scaffold", "serverfedavg", "serverfedprox"}
+
+
+def reported_column(path: Path) -> str:
+    """The column the config's method declares it reports (``Algorithm.reports``)."""
+    from lit_fl.algorithms.registry import ALGORITHMS
+
+    return ALGORITHMS[path.read_text().split("class_path: ")[1].split()[0].rsplit(".", 1)[-1]].reports
+
+
+def documented_columns() -> re.Pattern[str]:
+    """The columns and keys docs/metrics.md defines (a table row's first cell in backticks), a ``<name>`` standing
+    for any name without a slash (``acc/<arch>``, ``server_acc/<name>/<domain>``)."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "metrics.md").read_text()
+    names = re.findall(r"^\| `([^`]+)` \|", text, flags=re.MULTILINE)
+    return re.compile("|".join(re.sub(r"<[^>]+>", "[^/]+", re.escape(name)) for name in names))
+
+
+def assert_defined_in_docs(run: Path) -> None:
+    """Every metrics.csv column and summary.json key of the run is defined in docs/metrics.md."""
+    columns = (run / "metrics.csv").read_text().splitlines()[0].split(",")
+    defined = documented_columns()
+    missing = [c for c in [*columns, *json.loads((run / "summary.json").read_text())] if not defined.fullmatch(c)]
+    assert not missing, f"{run.name} writes columns docs/metrics.md does not define: {missing}"
+
+
 @pytest.mark.parametrize("path", MNIST5K, ids=lambda p: p.stem)
 def test_method_runs_on_mnist5k(path: Path, tmp_path: Path) -> None:
     shorter = SHORTER.get(path.stem, [])
@@ -72,6 +101,11 @@ def test_method_runs_on_mnist5k(path: Path, tmp_path: Path) -> None:
     assert result.rc == 0, result.err
     summary = json.loads((tmp_path / path.stem / "summary.json").read_text())
     assert summary["status"] == "completed" and 0.0 <= summary["final"]["global_acc"] <= 1.0
+    assert summary["reports"] == reported_column(path)
+    assert summary["final"]["reported_acc"] == summary["final"][summary["reports"]]
+    expected = "none" if path.stem == "local" else "server" if path.stem in SERVER_BASED else "mesh"
+    assert summary["topology"] == expected
+    assert_defined_in_docs(tmp_path / path.stem)
 
     # faults.* apply to every method that moves models (in the ledger), and are refused by one that moves none
     faulty = run_cli(
@@ -85,6 +119,7 @@ def test_method_runs_on_mnist5k(path: Path, tmp_path: Path) -> None:
     assert faulty.rc == 0, faulty.err
     row = read_metrics(tmp_path / f"{path.stem}-faults" / "metrics.csv")[-1]
     clean = read_metrics(tmp_path / path.stem / "metrics.csv")[-1]
+    assert_defined_in_docs(tmp_path / f"{path.stem}-faults")
     assert row["dropped_senders"] + row["lost_returns"] > 0 == clean["dropped_senders"] + clean["lost_returns"]
     assert row["comm_mb"] != clean["comm_mb"]
     if path.stem not in ("fedper", "dispfl"):  # clients start from one initialisation: round 1 averages equal g's

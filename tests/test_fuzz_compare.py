@@ -86,7 +86,7 @@ def check_compare(runs: list[RunModel], damage: str = "none", damaged: int = -1)
         for run in runs:
             run.write(root / "runs")
         before = snapshot(root)
-        result = run_cli("compare", root / "runs", "--out", root / "out")
+        result = run_cli("compare", root / "runs", "--out", root / "out", "--metric", "global_acc")
         want = expected(runs, damage, damaged)
         check_refusal_or_success(result.rc, result.out, result.err, want.refuse)
         assert (result.rc == 2) == (want.refuse is not None), (damage, want.refuse, result.rc, result.err)

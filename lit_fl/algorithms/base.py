@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from lit_fl import steps
 from lit_fl.choices import SupervisedLoss
@@ -48,6 +48,10 @@ class Algorithm(ABC):
         batch_size: client mini-batch size.
     """
 
+    #: The ``metrics.csv`` column the method's paper reports, written again as ``reported_acc`` (metrics.csv,
+    #: summary.json, W&B, the final line; ``compare``'s default table). Default ``global_acc``: the clients' models
+    #: on the global test set (docs/metrics.md); a method declares its own with the paper's section.
+    reports: ClassVar[str] = "global_acc"
     #: Whether clients keep a peak model (then global accuracy is reported on peak models).
     uses_peak_models: bool = False
     #: Whether the method moves models between clients (through the ledger, where ``faults.*`` apply); a method

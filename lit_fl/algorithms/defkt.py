@@ -164,6 +164,9 @@ class DefKT(PairwiseExchange):
         kl_weight: weight of the KL terms of Eq. 5-6 (1).
     """
 
+    #: Def-KT sec. IV-C (Figs. 4-6 a-c): averaged global accuracy of all clients' models (local_acc: Figs. d)
+    reports = "global_acc"
+
     logs_fusion_loss = True
 
     def __init__(self, fusion_epochs: NonNegativeInt = 1, kl_weight: NonNegativeFloat = 1.0, **kwargs: Any) -> None:

@@ -66,6 +66,9 @@ class DFedAvgM(Local):
         batch_size: UA-PDFL: 50.
     """
 
+    #: UA-PDFL secs. 5.2-5.4 (Tables 1-5): final test accuracy averaged over clients, each on its own data
+    reports = "local_acc"
+
     sequence_tasks = False  # not checked on sequences
 
     sends_models = True

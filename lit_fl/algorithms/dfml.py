@@ -46,6 +46,9 @@ class DFML(DecentralizedAlgorithm):
         noise_batch_size: noise samples per batch of that extension (128, as FedORION).
     """
 
+    #: DFML sec. 4.1: "the global accuracy of DFML is evaluated by examining the peak models" (global_acc is theirs)
+    reports = "global_acc"
+
     sequence_tasks = True  # learns from logits alone: runs on token sequences (lit_fl.data.tokens)
 
     uses_peak_models = True

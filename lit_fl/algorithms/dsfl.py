@@ -99,6 +99,9 @@ class DSFL(PublicDistillation):
         batch_size: the clients' batch size, update and distillation (FedORION sec. 4.1: 32).
     """
 
+    #: FedORION sec. 4.1: "test set accuracy of the global server model"
+    reports = "server_acc/global"
+
     sequence_tasks = True  # per-token soft labels (ERA per position); the KL over positions whose input is not PAD
 
     def __init__(

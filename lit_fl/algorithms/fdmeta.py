@@ -131,6 +131,9 @@ class FDmeta(Algorithm):
         batch_size: the clients' batch size, local training and digest (FedORION sec. 4.1: 32).
     """
 
+    #: FedORION sec. 4.1: "test set accuracy of the global server model"
+    reports = "server_acc/global"
+
     uses_topology = False  # every sampled client talks to the server
     paper_same_init = False  # heterogeneous clients initialise their own models (FedORION sec. 4.1: "randomly")
     sequence_tasks = True  # per-token aggregated logits; the CE over positions whose input is not PAD

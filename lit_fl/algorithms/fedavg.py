@@ -27,6 +27,9 @@ class DecentralizedFedAvg(DecentralizedAlgorithm):
         loss: ``wsm`` (DFML sec. 4 runs every baseline with WSM, as DFML itself) or ``ce``.
     """
 
+    #: DFML sec. 4.4 (Tables 3-9): decentralized FedAvg's global accuracy, its clients' models on the test set
+    reports = "global_acc"
+
     sequence_tasks = True  # learns from logits alone: runs on token sequences (lit_fl.data.tokens)
 
     def __init__(self, loss: SupervisedLoss = "wsm", **kwargs: Any) -> None:

@@ -83,6 +83,9 @@ class FedDF(ServerAlgorithm):
         batch_size: the clients' batch size (FedORION sec. 4.1: 32).
     """
 
+    #: FedORION sec. 4.1: FedDF "reported based on the ensemble of the global models" (server_acc/global)
+    reports = "server_acc/global"
+
     sequence_tasks = True  # per-token KL to the ensemble on the proxy sequences (PAD inputs masked)
     homogeneous = False  # one server model per architecture
 

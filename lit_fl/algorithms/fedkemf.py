@@ -100,6 +100,9 @@ class FedKEMF(ServerAlgorithm):
         batch_size: the clients' batch size (FedORION sec. 4.1: 32).
     """
 
+    #: FedORION sec. 4.1: "test set accuracy of the global server model" (its knowledge network)
+    reports = "server_acc/global"
+
     paper_same_init = False
     homogeneous = False  # the clients' local models are any architectures; only the knowledge network is shared
     sequence_tasks = True  # per-token DML on the private data, per-token fusion CE on the public sequences

@@ -81,6 +81,9 @@ class FedMD(PublicDistillation):
         batch_size: the clients' batch size, digest and revisit (FedORION sec. 4.1: 32).
     """
 
+    #: FedORION sec. 4.1: FedMD "reports the average of individual accuracy of all the client models"
+    reports = "global_acc"
+
     sequence_tasks = True  # per-token consensus logits; the digest's L1/MSE over positions whose input is not PAD
 
     def __init__(

@@ -124,6 +124,9 @@ class FedORION(ServerAlgorithm):
         batch_size: the clients' batch size (paper: 32).
     """
 
+    #: FedORION sec. 4.1: "test set accuracy of the global server model"
+    reports = "server_acc/global"
+
     paper_same_init = False
 
     def __init__(

@@ -48,6 +48,9 @@ class FedPer(Local):
         **kwargs: the training setup of :class:`Local` (lr 0.05 decayed 0.95 per round, momentum 0.5, ...).
     """
 
+    #: UA-PDFL secs. 5.2-5.4 (Tables 1-5): final test accuracy averaged over clients, each on its own data
+    reports = "local_acc"
+
     sequence_tasks = False  # its classifier split is defined for the image families
 
     sends_models = True

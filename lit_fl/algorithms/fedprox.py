@@ -20,6 +20,9 @@ class DecentralizedFedProx(DecentralizedFedAvg):
         mu: weight of the proximal term (A.3.2 grid {0.5, 1, 2}; default 1). ``mu = 0`` is exactly FedAvg.
     """
 
+    #: DFML sec. 4.4.2 (Table 3): decentralized FedProx's global accuracy, its clients' models
+    reports = "global_acc"
+
     def __init__(self, mu: NonNegativeFloat = 1.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.mu = float(mu)

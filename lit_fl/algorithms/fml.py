@@ -48,6 +48,9 @@ class DecentralizedFML(DecentralizedAlgorithm):
         loss: ``wsm`` (the DFML paper runs its FML baseline with WSM, sec. 4) or ``ce``.
     """
 
+    #: DFML App. A.4.11 (Fig. 24): the heterogeneous models' global accuracy (memes: global_acc_meme)
+    reports = "global_acc"
+
     def __init__(
         self,
         meme_arch: str | None = None,

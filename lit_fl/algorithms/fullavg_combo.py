@@ -33,6 +33,9 @@ class FullAvg(PairwiseExchange):
     model and its own, ``w_r <- N_s / (N_s + N_r) w~_s + N_r / (N_s + N_r) w_r`` (Eq. 9); senders keep their
     locally trained models; nothing is sent back. Integer buffers (counters) stay the receiver's."""
 
+    #: Def-KT sec. IV-C (Figs. 4-6 a-c): averaged global accuracy of all clients' models (local_acc: Figs. d)
+    reports = "global_acc"
+
     def fuse(
         self, sender: Client, receiver: Client, federation: Federation, ledger: CommunicationLedger
     ) -> ClientWork | None:
@@ -98,6 +101,9 @@ class Combo(PairwiseExchange):
     Per pair the traffic is one full model, as for Def-KT and FullAvg (sec. IV.B). A failed sender sends
     nothing and its receiver sends nothing either.
     """
+
+    #: Def-KT sec. IV-C (Figs. 4-6 a-c): averaged global accuracy of all clients' models (local_acc: Figs. d)
+    reports = "global_acc"
 
     def outgoing(self, sender: Client) -> nn.Module:
         from lit_fl.federation.ledger import Payload

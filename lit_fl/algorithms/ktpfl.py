@@ -163,6 +163,9 @@ class KTpFL(Algorithm):
         batch_size: the clients' batch size, private and public data (FedORION sec. 4.1: 32).
     """
 
+    #: FedORION sec. 4.1: KT-pFL "reports the average of individual accuracy of all the client models"
+    reports = "global_acc"
+
     paper_same_init = False
     uses_topology = False  # every selected client talks to the server
     sequence_tasks = True  # per-token soft predictions; coefficient KL and distillation over non-PAD positions

@@ -41,6 +41,9 @@ class Local(Algorithm):
         batch_size: UA-PDFL: 50.
     """
 
+    #: UA-PDFL secs. 5.2-5.4 (Tables 1-5): final test accuracy averaged over clients, each on its own data
+    reports = "local_acc"
+
     sequence_tasks = True  # learns from logits alone: runs on token sequences (lit_fl.data.tokens)
 
     sends_models = False

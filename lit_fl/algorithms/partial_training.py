@@ -35,6 +35,9 @@ class PartialTraining(DecentralizedFedAvg):
         weighting: ``equal`` (the paper: ``d_n = 1/|P|``) or ``samples`` (``d_n`` = local train-set size).
     """
 
+    #: DFML sec. 4.4.3 (Tables 4-5, 11): the decentralized partial-training baselines' global accuracy
+    reports = "global_acc"
+
     sequence_tasks = False  # width-sliced submodels of the image families
 
     def __init__(self, weighting: Literal["equal", "samples"] = "equal", **kwargs: Any) -> None:

@@ -112,6 +112,9 @@ class SCAFFOLD(ServerAlgorithm):
         batch_size: the clients' batch size (FedORION sec. 4.1: 32).
     """
 
+    #: FedORION App. D (Table 3): the server's global model on the test set
+    reports = "server_acc/global"
+
     def __init__(
         self,
         client_fraction: Fraction = 0.3,

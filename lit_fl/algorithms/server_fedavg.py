@@ -71,6 +71,9 @@ class ServerFedAvg(ServerAlgorithm):
         server_eps: tau of the adaptive optimizers, their adaptivity (Reddi et al.'s grid 1e-1 .. 1e-5: 1e-3).
     """
 
+    #: FedORION App. D (Table 3) and DFML App. A.4.1 (Fig. 12): the server's global model on the test set
+    reports = "server_acc/global"
+
     sequence_tasks = True  # learns from logits alone: runs on token sequences (lit_fl.data.tokens)
 
     def __init__(

@@ -72,6 +72,9 @@ class UAPDFL(FedPer):
             ``local_epochs`` 1, ``loss`` ce, ``weight_decay`` 0).
     """
 
+    #: UA-PDFL secs. 5.2-5.4 (Tables 1-5): final test accuracy averaged over the personalized clients' own data
+    reports = "local_acc"
+
     #: "each client C_i initializes its model parameters w_i^0" (UA-PDFL sec. 3.5): one initialisation each.
     paper_same_init = False
 

@@ -26,7 +26,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--target", type=float, default=0.8,
                    help="target of --metric for rounds/MB to target (0.8; an accuracy in (0, 1], a loss is reached "
                         "from above)")
-    p.add_argument("--metric", default=None, help="table metric (default: the sweep's, else global_acc)")
+    p.add_argument("--metric", default=None, help="table metric (default: the sweep's, else reported_acc)")
     return p
 
 

@@ -10,6 +10,7 @@ value exits with status 2 and one line naming the key and what is allowed, befor
 
 from __future__ import annotations
 
+import math
 import sys
 import traceback
 from argparse import ArgumentError
@@ -108,14 +109,31 @@ def _bad_input(err: BaseException) -> int:
     return EXIT_BAD_INPUT
 
 
+def megabytes(mb: float) -> str:
+    """Megabytes for a person: three significant digits (``0.042``, ``1.23``, ``45.6``), whole megabytes from 100
+    on (``1,234``), ``0`` for nothing sent."""
+    if mb == 0 or not math.isfinite(mb):
+        return f"{mb:g}"
+    if abs(mb) >= 100:
+        return f"{mb:,.0f}"
+    return f"{mb:.3g}" if abs(mb) >= 1e-4 else f"{mb:.2e}"
+
+
+def _number(value: Any) -> float:
+    """A summary value as a float (NaN for none: summary.json writes NaN as null)."""
+    return float("nan") if value is None else float(value)
+
+
 def _print_summary(summary: dict[str, Any]) -> None:
     final = summary.get("final", {})
     best = summary.get("best", {})
-    acc = final.get("global_acc", float("nan"))
+    acc = _number(final.get("reported_acc"))
+    reports = summary.get("reports", "global_acc")
     print(
         f"{summary['status']}: {summary['rounds_completed']}/{summary['rounds']} rounds, "
-        f"global_acc {acc:.4f} (best {best.get('global_acc', float('nan')):.4f} at round {best.get('round', '-')}), "
-        f"{summary['comm_mb']:.1f} MB sent, {summary['wall_s']:.1f}s -> {summary['run_dir']}"
+        f"reported_acc {acc:.4f} (best {_number(best.get('reported_acc')):.4f} at round {best.get('round', '-')}; "
+        f"{reports}), {megabytes(summary['comm_mb'])} MB sent, {summary['wall_s']:.1f}s -> "
+        f"{summary['run_dir']}"
     )
     if summary["status"] == "interrupted":
         stop = summary.get("stop_signal", "a stop request")

@@ -6,7 +6,11 @@
 * ``global_acc_<name>`` / ``local_acc_<name>`` for every extra model a method keeps (FML's ``meme``);
 * ``server_acc/<name>`` on the global test set for every model of a server role (FedORION, codistillation), and
   ``server_acc/<name>/<domain>`` on each domain's part of it where the samples have domains
-  (:mod:`lit_fl.data.domains`: StackOverflow's questions and answers, codistillation Table 2).
+  (:mod:`lit_fl.data.domains`: StackOverflow's questions and answers, codistillation Table 2);
+* ``reported_acc``: the column the method's paper reports (``Algorithm.reports``: ``server_acc/global`` for a
+  server method, ``local_acc`` for UA-PDFL's personalized ones, ``global_acc`` otherwise), under one name.
+
+docs/metrics.md defines every column.
 
 Both the reported model (the peak model where a client has one) and the regular model are evaluated.
 
@@ -40,6 +44,7 @@ import torch
 from torch import Tensor, nn
 
 from lit_fl.data.tokens import correct_counts, counted_totals
+from lit_fl.errors import ConfigError
 from lit_fl.federation.fingerprint import Fingerprint, Stamp, fingerprint, stamp
 from lit_fl.federation.fused_evaluation import split_counts
 from lit_fl.federation.state import Client, Federation, WeightsToken
@@ -73,8 +78,11 @@ class Evaluator:
         autocast: Callable[[], AbstractContextManager] = nullcontext,
         placement: Placement | None = None,
         fuse: bool = False,
+        reports: str = "global_acc",
     ) -> None:
         self.batch_size = batch_size
+        #: the metric written again as ``reported_acc`` (the method's ``reports``)
+        self.reports = reports
         #: models of one architecture are evaluated as one fused module (``trainer.fuse``; each process its own)
         self.fuse = fuse
         self.autocast = autocast
@@ -305,7 +313,16 @@ class Evaluator:
             owners = [(c, k[f"extra/{name}"]) for c, k in zip(fed.clients, keys) if name in c.extras]
             metrics[f"global_acc_{name}"] = _mean([self._test[key] for _, key in owners])
             metrics[f"local_acc_{name}"] = _mean([self._val[c.id][key] for c, key in owners])
-        return metrics
+        return {"reported_acc": _reported(metrics, self.reports), **metrics}
+
+
+def _reported(metrics: dict[str, float], reports: str) -> float:
+    """The value of the column the method reports; a method that names a column this evaluation does not write is
+    refused in one line, naming the columns it could report."""
+    if reports not in metrics:
+        raise ConfigError(f"reports: the method reports {reports!r}, which its evaluation does not write; it writes "
+                          f"{', '.join(sorted(metrics))}")
+    return metrics[reports]
 
 
 def _pass_cost(work: _Pass, fed: Federation) -> float:

@@ -181,6 +181,6 @@ def _finished_status(sweep_dir: Path, run: SweepRun, returncode: int) -> str:
 def _result(sweep_dir: Path, run: SweepRun) -> str:
     try:
         summary = RunDir(sweep_dir / run.run_dir).read_summary() or {}
-        return f", global_acc {summary['final']['global_acc']:.4f}"
+        return f", reported_acc {summary['final']['reported_acc']:.4f}"
     except (KeyError, TypeError):
         return f" (see {sweep_dir / 'logs' / (run.name + '.log')})"

@@ -5,7 +5,7 @@ The file is a standard W&B sweep config, so ``wandb sweep sweeps/NAME.yaml`` tak
     program: lit-fl
     name: mnist5k_label_skew
     method: grid                      # or random (lit-fl sweep --count N); bayes needs the W&B server
-    metric: {name: global_acc, goal: maximize}
+    metric: {name: global_acc, goal: maximize}   # default: reported_acc, what each method's paper reports
     parameters:                       # flat dotted keys of ``lit-fl fit``
       config: {values: [experiments/mnist5k/dfml.yaml, experiments/mnist5k/fedavg.yaml]}
       seed: {values: [0, 1, 2]}
@@ -46,7 +46,7 @@ class SweepFile:
 
     @property
     def metric(self) -> dict[str, Any]:
-        return dict(self.config.get("metric") or {"name": "global_acc", "goal": "maximize"})
+        return dict(self.config.get("metric") or {"name": "reported_acc", "goal": "maximize"})
 
     @property
     def parameters(self) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from lit_fl.io import atomic_write_text
 #: Columns every run has, in this order; ``acc/<arch>`` and algorithm extras follow.
 BASE_COLUMNS = (
     "round",
+    "reported_acc",
     "global_acc",
     "global_acc_regular",
     "local_acc",

@@ -9,7 +9,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 
 class RoundProgress:
-    """Shows ``round r/T`` with the latest global accuracy."""
+    """Shows ``round r/T`` with the latest reported accuracy (and the global one where it differs)."""
 
     def __init__(self, total_rounds: int, first_round: int, description: str, enabled: bool = True) -> None:
         self.console = Console(stderr=True)
@@ -45,7 +45,9 @@ class RoundProgress:
 
 
 def _status(m: dict[str, float]) -> str:
-    parts = [f"global_acc {m['global_acc']:.4f}"]
+    parts = [f"reported_acc {m['reported_acc']:.4f}"] if "reported_acc" in m else []
+    if m.get("global_acc") is not None and m.get("global_acc") != m.get("reported_acc"):
+        parts.append(f"global_acc {m['global_acc']:.4f}")
     if m.get("global_acc_regular") is not None and m["global_acc_regular"] != m["global_acc"]:
         parts.append(f"regular {m['global_acc_regular']:.4f}")
     if m.get("alpha") == m.get("alpha"):  # not NaN

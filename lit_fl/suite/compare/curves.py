@@ -11,6 +11,7 @@ from lit_fl.suite.compare.results import Comparison, Group
 from lit_fl.suite.compare.spread import sample_std
 
 TITLES = {
+    "reported_acc": "Reported accuracy (the model each method's paper reports)",
     "global_acc": "Global accuracy",
     "global_acc_regular": "Global accuracy of the regular models",
     "local_acc": "Local accuracy",
@@ -42,10 +43,11 @@ class Curve:
 
 
 def panels(comparison: Comparison) -> list[str]:
-    """The metric columns worth a figure: global (and regular where it differs), local, memes, server models,
-    then one figure per architecture."""
+    """The metric columns worth a figure: the reported accuracy, global (and regular where it differs), local,
+    memes, server models, then one figure per architecture."""
     columns = {k for run in comparison.runs for row in run.rows[:1] for k in row}
-    out = [m for m in ("global_acc", "global_acc_regular", "local_acc", "global_acc_meme") if m in columns]
+    out = [m for m in ("reported_acc", "global_acc", "global_acc_regular", "local_acc", "global_acc_meme")
+           if m in columns]
     if "global_acc_regular" in out and all(
         run.column("global_acc_regular") == run.column("global_acc") for run in comparison.runs
     ):
@@ -59,15 +61,16 @@ def panels(comparison: Comparison) -> list[str]:
 
 def every_numeric_column(comparison: Comparison) -> list[str]:
     """:func:`panels` first, then every other numeric column of metrics.csv (losses, counts, timings, a method's
-    own metrics), for the dashboard; the x axes (round, comm_mb) are not panels."""
-    main = panels(comparison)
+    own metrics), for the dashboard; the x axes (round, comm_mb) are not panels, nor a column without a value in
+    any row of the runs shown (``alpha`` of methods without one, ``aggregator`` of server methods: all NaN)."""
     columns: dict[str, None] = {}
     for run in comparison.runs:
         for row in run.rows:
             for key, value in row.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool) and key not in X_AXES:
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value):
                     columns.setdefault(key, None)
-    return main + sorted(k for k in columns if k not in main)
+    main = [k for k in panels(comparison) if k in columns]
+    return main + sorted(k for k in columns if k not in main and k not in X_AXES)
 
 
 def _repeats(comparison: Comparison, metric: str, shown: list[str]) -> bool:

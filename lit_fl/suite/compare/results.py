@@ -118,7 +118,7 @@ def _from_run_dirs(paths: list[Path], metric: str | None) -> Comparison:
         raise ConfigError(f"compare: no runs with metrics in {', '.join(map(str, paths))}")
     _keep_differing(runs)
     title = ", ".join(printable(p.name) for p in paths)
-    return Comparison(title, _group(runs, None), None, metric or "global_acc", paths[0], left_out)
+    return Comparison(title, _group(runs), None, metric or "reported_acc", paths[0], left_out)
 
 
 def _from_sweep(sweep_dir: Path, metric: str | None) -> Comparison:
@@ -136,9 +136,8 @@ def _from_sweep(sweep_dir: Path, metric: str | None) -> Comparison:
                               run_dir.status() == "completed", algorithm_of(run_dir.read_config())))
     if not runs:
         raise ConfigError(f"compare: no runs with metrics in {sweep_dir} (run the sweep first: lit-fl sweep ...)")
-    constant = {k for k in runs[0].params if all(r.params.get(k) == runs[0].params[k] for r in runs)}
-    name = metric or (paper.metric if paper else manifest.metric.get("name", "global_acc"))
-    return Comparison(manifest.sweep, _group(runs, paper, hide=constant), paper, name, sweep_dir, left_out)
+    name = metric or (paper.metric if paper else manifest.metric.get("name", "reported_acc"))
+    return Comparison(manifest.sweep, _group(runs), paper, name, sweep_dir, left_out)
 
 
 def _check_metric(comparison: Comparison) -> None:
@@ -147,12 +146,14 @@ def _check_metric(comparison: Comparison) -> None:
     is damaged, and named). A metric only some methods report (``server_acc/global``: FedMD has no server model)
     shows "-" for the others, which a claim reads on their own column (``worse_metric``)."""
     columns = sorted({key for run in comparison.runs for key in run.rows[0]})
+    older = "; a run written before lit-fl wrote reported_acc: name a column with --metric" \
+        if comparison.metric == "reported_acc" else ""
     if comparison.metric not in columns:
-        raise ConfigError(f"--metric: {comparison.metric!r} is not a column of these runs; allowed: "
+        raise ConfigError(f"--metric: {comparison.metric!r} is not a column of these runs{older}; allowed: "
                           f"{', '.join(c for c in columns if c != 'round')}")
     for run in comparison.runs:
         if comparison.metric in BASE_COLUMNS and comparison.metric not in run.rows[0]:
-            raise ConfigError(f"{run.path / 'metrics.csv'}: no {comparison.metric} column, the metric compared; "
+            raise ConfigError(f"{run.path / 'metrics.csv'}: no {comparison.metric} column, the metric compared{older}; "
                               f"it has {', '.join(run.rows[0])}")
 
 
@@ -186,14 +187,16 @@ def _keep_differing(runs: list[RunResult]) -> None:
         run.params = {k: run.params.get(k) for k in differing}
 
 
-def _group(runs: list[RunResult], paper: Paper | None, hide: set[str] = frozenset()) -> list[Group]:
+def _group(runs: list[RunResult]) -> list[Group]:
+    """The runs by configuration, each group labelled by what sets it apart from the others (:func:`labels`)."""
     groups: dict[str, Group] = {}
     for run in runs:
         key = json.dumps(run.params, sort_keys=True, default=str)
         if key not in groups:
-            shown = {k: v for k, v in run.params.items() if k not in hide}
-            groups[key] = Group(label(shown) or run.name, dict(run.params))
+            groups[key] = Group(run.name, dict(run.params))
         groups[key].runs.append(run)
+    for group, text in zip(groups.values(), labels([g.params for g in groups.values()])):
+        group.label = text or group.label
     return list(groups.values())
 
 
@@ -201,11 +204,38 @@ def _group(runs: list[RunResult], paper: Paper | None, hide: set[str] = frozense
 GENERIC_NAMES = frozenset({"name", "type", "kind", "mode", "dataset", "root", "options"})
 
 
+def labels(configurations: list[dict[str, Any]]) -> list[str]:
+    """One short label per configuration: ``key=value`` of only the settings in which the configurations differ
+    (a section's settings one by one: ``partition=dirichlet, beta=0.1``, never its bare values). A setting only
+    some configurations have (a method's own argument) sets apart only those that have it with different values;
+    where that leaves two configurations alike, the settings they have or lack tell them apart too."""
+    leaves = [_leaves(c) for c in configurations]
+    keys = list(dict.fromkeys(k for leaf in leaves for k in leaf))
+
+    def differing(with_unset: bool) -> list[str]:
+        out = []
+        for key in keys:
+            values = [json.dumps(leaf.get(key), sort_keys=True, default=str) for leaf in leaves
+                      if with_unset or leaf.get(key) is not None]
+            if len(set(values)) > 1:
+                out.append(key)
+        return out
+
+    shown = differing(with_unset=False)
+    texts = [label({k: leaf.get(k) for k in shown}) for leaf in leaves]
+    if len(set(texts)) < len(texts):
+        shown = differing(with_unset=True)
+        texts = [label({k: leaf.get(k) for k in shown}) for leaf in leaves]
+    return texts
+
+
 def label(params: dict[str, Any]) -> str:
-    """``dfml, dirichlet 0.1, alpha_max=0.8``: a configuration in short (config files by stem, sections by their
-    values, other keys by their last name, or their last two where the last is generic or shared; a key one
-    configuration leaves unset, ``None``, is left out: the others' values tell them apart)."""
+    """``dfml, partition=dirichlet, beta=0.1, alpha_max=0.8``: a configuration in short (config files by stem, class
+    paths by class name, every other setting as ``name=value`` by its last name, or its last two where the last is
+    generic or shared; a section's settings one by one; a key one configuration leaves unset, ``None``, is left out:
+    the others' values tell them apart)."""
     parts = []
+    params = _leaves(params)
     last_names = [k.split(".")[-1] for k in params]
     for key, value in params.items():
         if value is None:
@@ -213,15 +243,28 @@ def label(params: dict[str, Any]) -> str:
         name = key.split(".")[-1]
         if name in GENERIC_NAMES or last_names.count(name) > 1:
             name = ".".join(key.split(".")[-2:])
-        if isinstance(value, dict):
-            parts.append(" ".join(short_value(v) for v in value.values()))
-        elif key == "config" or (isinstance(value, str) and value.endswith((".yaml", ".yml"))):
+        if key == "config" or (isinstance(value, str) and value.endswith((".yaml", ".yml"))):
             parts.append(short_value(value))
+        elif name == "class_path" and isinstance(value, str):
+            parts.append(value.rsplit(".", 1)[-1])
         elif isinstance(value, str) and value.startswith("lit_fl.algorithms."):
             parts.append(value.rsplit(".", 1)[-1])
         else:
             parts.append(f"{name}={short_value(value)}")
     return ", ".join(parts)
+
+
+def _leaves(params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` with every section (a mapping value) spread into dotted keys, ``init_args`` left out of them (a
+    sweep's ``data: {partition: iid}`` is ``data.partition``, its ``algorithm: {class_path, init_args: {lr}}``
+    ``algorithm.class_path`` and ``algorithm.lr``)."""
+    out: dict[str, Any] = {}
+    for key, value in params.items():
+        if isinstance(value, dict) and value:
+            out.update(_leaves({f"{key}.{k}".replace(".init_args", ""): v for k, v in value.items()}))
+        else:
+            out[key] = value
+    return out
 
 
 def paper_value_of(comparison: Comparison, group: Group) -> float | None:
