@@ -115,12 +115,13 @@ class Experiment:
 
     def build(self) -> tuple[Federation, StepRunner]:
         """The federation (on the runner's device) and the runner."""
+        from lit_fl.algorithms.requirements import check_dataset
         from lit_fl.data.registry import load_configured
         from lit_fl.federation.builder import build_federation
         from lit_fl.steps.runner import StepRunner
 
         dataset = load_configured(self.data, self.seed)
-        self.algorithm.check_dataset(dataset)
+        check_dataset(self.algorithm, dataset)
         runner = StepRunner(
             self.trainer.accelerator,
             self.trainer.devices,

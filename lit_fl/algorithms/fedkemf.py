@@ -40,9 +40,10 @@ from typing import TYPE_CHECKING, Any, Literal
 from lit_fl import steps
 from lit_fl.algorithms.base import Algorithm, RoundResult, nanmean, phase_losses
 from lit_fl.algorithms.fedorion import _memory_format, smallest_architecture
-from lit_fl.algorithms.ktpfl import NO_PUBLIC_DATA, tensor_batches
+from lit_fl.algorithms.ktpfl import tensor_batches
 from lit_fl.algorithms.registry import register_algorithm
-from lit_fl.choices import SupervisedLoss
+from lit_fl.algorithms.requirements import PROXY_DATA, SERVER
+from lit_fl.algorithms.settings import FEDORION_CLIENTS
 from lit_fl.constraints import BatchStatisticsSize, Fraction, NonNegativeFloat, NonNegativeInt, PositiveFloat
 from lit_fl.errors import ConfigError
 from lit_fl.federation.selection import select_fraction
@@ -99,8 +100,9 @@ class FedKEMF(Algorithm):
     """
 
     paper_same_init = False
-    uses_topology = False  # every selected client talks to the server
+    requires = (SERVER, PROXY_DATA)  # every sampled client talks to the server; public data on it
     sequence_tasks = True  # per-token DML on the private data, per-token fusion CE on the public sequences
+    client_defaults = FEDORION_CLIENTS  # FedORION's shared setting (sec. 4.1, 4.2.1)
 
     def __init__(
         self,
@@ -113,17 +115,9 @@ class FedKEMF(Algorithm):
         server_lr: PositiveFloat = 0.001,
         server_momentum: float = 0.9,
         temperature: PositiveFloat = 1.0,
-        local_epochs: int = 10,
-        loss: SupervisedLoss = "ce",
-        lr: float = 0.01,
-        momentum: float = 0.9,
-        weight_decay: float = 0.0,
-        batch_size: int = 32,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(local_epochs=local_epochs, loss=loss, lr=lr, momentum=momentum, weight_decay=weight_decay,
-                         batch_size=batch_size)
-        if aggregation not in ("samples", "uniform"):
-            raise ConfigError(f"algorithm.aggregation must be one of samples, uniform; got {aggregation!r}")
+        super().__init__(**kwargs)
         self.global_arch = global_arch
         self.client_fraction = client_fraction
         self.kl_weight = float(kl_weight)
@@ -136,11 +130,9 @@ class FedKEMF(Algorithm):
     # -- setup -------------------------------------------------------------------------------------------
 
     def setup(self, federation: Federation) -> None:
-        """Check the public data, resolve the knowledge network's architecture and create it (once)."""
+        """Resolve the knowledge network's architecture and create it (once)."""
         import torch
 
-        if len(federation.proxy) == 0:
-            raise ConfigError(NO_PUBLIC_DATA.format(name="FedKEMF"))
         arch = self.global_arch or smallest_architecture(federation)
         self.global_arch = arch
         if GLOBAL in federation.server:

@@ -18,7 +18,7 @@ from lit_fl import steps
 from lit_fl.algorithms.base import RoundResult, nanmean, phase_losses
 from lit_fl.algorithms.decentralized import DecentralizedAlgorithm
 from lit_fl.algorithms.registry import register_algorithm
-from lit_fl.choices import SupervisedLoss
+from lit_fl.algorithms.settings import DFML_CLIENTS
 from lit_fl.constraints import PositiveInt, UnitInterval
 from lit_fl.models import create_model, num_parameters
 
@@ -48,16 +48,17 @@ class DecentralizedFML(DecentralizedAlgorithm):
         loss: ``wsm`` (the DFML paper runs its FML baseline with WSM, sec. 4) or ``ce``.
     """
 
+    client_defaults = DFML_CLIENTS  # WSM, as DFML (sec. 4)
+
     def __init__(
         self,
         meme_arch: str | None = None,
         mutual_epochs: PositiveInt = 1,
         fml_alpha: UnitInterval = 0.5,
         fml_beta: UnitInterval = 0.5,
-        loss: SupervisedLoss = "wsm",
         **kwargs: Any,
     ) -> None:
-        super().__init__(loss=loss, **kwargs)
+        super().__init__(**kwargs)
         self.meme_arch = meme_arch
         self.mutual_epochs = mutual_epochs
         self.fml_alpha, self.fml_beta = float(fml_alpha), float(fml_beta)
