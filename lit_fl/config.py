@@ -7,7 +7,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from lit_fl.choices import PARTITIONS
 from lit_fl.constraints import HalfOpenUnitInterval, PositiveFloat, PositiveInt, check_fields
 from lit_fl.data.proxy_config import ProxyConfig, as_proxy_config
 from lit_fl.errors import ConfigError
@@ -76,10 +75,6 @@ class DataConfig:
                               " (or module:loader of your own)")
         check_fields(self, "data.")
         self.proxy = as_proxy_config(self.proxy)  # type: ignore[arg-type]
-        if self.partition not in PARTITIONS:
-            raise ConfigError(f"data.partition: {self.partition!r} is not allowed; allowed: {', '.join(PARTITIONS)}")
-        if self.augment not in ("auto", "none", "crop_flip"):
-            raise ConfigError(f"data.augment: {self.augment!r} is not allowed; allowed: auto, none, crop_flip")
 
 
 @dataclass

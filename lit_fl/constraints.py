@@ -1,9 +1,12 @@
-"""Ranges of numeric config keys, written once, on the signatures: ``lr: PositiveFloat``, ``momentum: Momentum``.
+"""Ranges and choices of config keys, written once, on the signatures: ``lr: PositiveFloat``, ``momentum: Momentum``,
+``loss: Literal["wsm", "ce"]``.
 
 A constrained type is ``Annotated[int | float, Bounds(...)]``: jsonargparse reads the plain type (and ``--help``
 shows it), and :func:`checked_init` checks the value when the object is built, from a config or from Python alike,
-with the one-line message every key gets: ``algorithm.lr must be > 0, got 0``. Rules that tie several keys together
-stay in the ``setup``/``__init__`` of what owns them.
+with the one-line message every key gets: ``algorithm.lr must be > 0, got 0``. A ``Literal`` (or ``Literal | None``)
+is checked the same way, with the line the command line gives for it (``algorithm.loss: 'x' is not allowed;
+allowed: wsm, ce``), so no hand-written "must be one of" repeats it. Rules that tie several keys together stay in the
+``setup``/``__init__`` of what owns them.
 """
 
 from __future__ import annotations
@@ -11,10 +14,11 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import types
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from lit_fl.errors import ConfigError
 
@@ -82,6 +86,37 @@ Momentum = HalfOpenUnitInterval
 OpenUnitInterval = Annotated[float, Bounds(0, 1, low_open=True, high_open=True)]
 
 
+@dataclass(frozen=True)
+class Choices:
+    """The values of a ``Literal`` annotation (``optional``: None is one of them, ``Literal[...] | None``)."""
+
+    values: tuple[Any, ...]
+    optional: bool = False
+
+    def check(self, key: str, value: Any) -> None:
+        """One line naming ``key`` and the allowed values when ``value`` is not one of them."""
+        if (value is None and self.optional) or any(value == v and type(value) is type(v) for v in self.values):
+            return
+        raise ConfigError(f"{key}: {value!r} is not allowed; allowed: {', '.join(str(v) for v in self.values)}")
+
+
+def choices_of(annotation: Any) -> Choices | None:
+    """The :class:`Choices` of a ``Literal`` (also ``Annotated`` or ``| None``); None for any other type, a union that
+    mixes a ``Literal`` with other types included (its own code checks it)."""
+    if typing.get_origin(annotation) is Annotated:
+        return choices_of(annotation.__origin__)
+    if typing.get_origin(annotation) is Literal:
+        return Choices(typing.get_args(annotation))
+    members = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) else ()
+    literals = [m for m in members if typing.get_origin(m) is Literal]
+    if not literals or len(literals) + (type(None) in members) != len(members):
+        return None
+    return Choices(tuple(v for m in literals for v in typing.get_args(m)), optional=type(None) in members)
+
+
+Rule = Bounds | Choices
+
+
 def bounds_of(annotation: Any) -> Bounds | None:
     """The :class:`Bounds` of a constrained type (also inside ``X | None``)."""
     if typing.get_origin(annotation) is Annotated:
@@ -94,30 +129,37 @@ def bounds_of(annotation: Any) -> Bounds | None:
 
 
 def check_arguments(function: Callable[..., Any], arguments: Mapping[str, Any], prefix: str) -> None:
-    """Check every argument whose annotation in ``function``'s signature is a constrained type."""
-    for name, bounds in _bounds(function).items():
+    """Check every argument whose annotation in ``function``'s signature is a constrained type or a ``Literal``."""
+    for name, rule in _rules(function).items():
         if name in arguments:
-            bounds.check(f"{prefix}{name}", arguments[name])
+            rule.check(f"{prefix}{name}", arguments[name])
+
+
+def rule_of(annotation: Any) -> Rule | None:
+    """What :func:`check_arguments` checks for a parameter annotated ``annotation`` (None: nothing)."""
+    return bounds_of(annotation) or choices_of(annotation)
 
 
 @functools.cache
-def _bounds(function: Callable[..., Any]) -> dict[str, Bounds]:
+def _rules(function: Callable[..., Any]) -> dict[str, Rule]:
     try:
         hints = typing.get_type_hints(function, include_extras=True)
     except NameError:  # an annotation not resolvable yet: only what is resolvable is checked
         hints = {k: v for k, v in getattr(function, "__annotations__", {}).items() if not isinstance(v, str)}
-    return {name: b for name, hint in hints.items() if (b := bounds_of(hint)) is not None}
+    return {name: rule for name, hint in hints.items() if (rule := rule_of(hint)) is not None}
 
 
 def check_fields(config: Any, prefix: str) -> None:
-    """Check every field of the dataclass ``config`` whose type is constrained, named ``{prefix}{field}``."""
+    """Check every field of the dataclass ``config`` whose type is constrained or a ``Literal``, named
+    ``{prefix}{field}``."""
     import dataclasses
 
     check_arguments(type(config), {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}, prefix)
 
 
 def checked_init(init: F, prefix: str) -> F:
-    """``init`` that first checks its constrained arguments (as passed, defaults included) under ``prefix``."""
+    """``init`` that first checks its constrained and ``Literal`` arguments (as passed, defaults included) under
+    ``prefix``."""
     signature = inspect.signature(init)
 
     @functools.wraps(init)

@@ -117,11 +117,12 @@ class Experiment:
 
     def build(self) -> tuple[Federation, StepRunner]:
         """The federation (on the runner's device) and the runner."""
+        from lit_fl.algorithms.requirements import check_dataset
         from lit_fl.federation.builder import build_federation, load_configured
         from lit_fl.steps.runner import StepRunner
 
         dataset = load_configured(self.data, self.seed)
-        self.algorithm.check_dataset(dataset)
+        check_dataset(self.algorithm, dataset)
         runner = StepRunner(
             self.trainer.accelerator,
             self.trainer.devices,
@@ -334,11 +335,14 @@ def _or_below(value: float) -> float:
 
 def topology_used(algorithm: Algorithm, federation: Federation) -> str:
     """The network the run's transfers took, as ``summary.json`` records it: ``none`` for a method that sends
-    nothing (Local), ``server`` for a server method (every client reaches the server: ``uses_topology`` false, or a
-    server model), else the topology's name."""
-    if not algorithm.sends_models:
+    nothing (Local: ``requires`` :data:`~lit_fl.algorithms.requirements.NOTHING_SENT`), ``server`` for a server method
+    (:data:`~lit_fl.algorithms.requirements.SERVER_BASED`, or any method with a server model), else the topology's
+    name."""
+    from lit_fl.algorithms.requirements import NOTHING_SENT, SERVER_BASED
+
+    if NOTHING_SENT in algorithm.requires:
         return "none"
-    if not algorithm.uses_topology or federation.server:
+    if SERVER_BASED in algorithm.requires or federation.server:
         return "server"
     return federation.topology.name
 

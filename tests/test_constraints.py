@@ -85,7 +85,7 @@ NOT_KEY_RULES = {
     "cli_errors.py", "data/partition.py", "data/batches.py", "steps/distillation.py", "steps/deep_mutual_learning.py",
     "steps/aux_proximal_training.py", "steps/noise_distillation.py", "steps/noise.py", "algorithms/fedadam.py",
     "algorithms/codistillation.py:large_clients", "algorithms/fedorion.py:no_dml", "commands/compare.py:--target",
-    "algorithms/decentralized.py:fixed_aggregator", "algorithms/criticalfl.py:min_peers",
+    "algorithms/criticalfl.py:min_peers",
     "steps/target_distillation.py", "steps/not_true_distillation.py",
     "algorithms/dsfl.py:the", "algorithms/fdmeta.py:aggregate_logits",
 }

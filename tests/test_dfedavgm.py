@@ -22,7 +22,6 @@ from torch import Tensor, nn
 from lit_fl.algorithms import DFedAvgM
 from lit_fl.algorithms.dfedavgm import metropolis_weights, mix
 from lit_fl.data.batches import ClientBatches
-from lit_fl.errors import ConfigError
 from lit_fl.federation.faults import FaultsConfig
 from lit_fl.federation.ledger import CommunicationLedger
 from lit_fl.federation.state import Federation
@@ -241,11 +240,6 @@ def test_a_dropped_models_weight_stays_with_the_receiver() -> None:
         expected = sum(w * (j + 1.0) for j, w in kept.items())
         assert _value(fed, i) == pytest.approx(expected, rel=8 * EPS32, abs=0), f"client {i}"
     assert len(ledger.transfers) == sum(len(p) for p in links.values()) - len(links[0])
-
-
-def test_heterogeneous_models_are_refused() -> None:
-    with pytest.raises(ConfigError, match="same architecture"):
-        DFedAvgM().setup(tiny_federation(num_clients=4, pool=("cnn_4_8", "cnn_8")))
 
 
 # -- (d) the mnist5k config, (e) resume --------------------------------------------------------------------------------

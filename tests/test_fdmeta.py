@@ -20,10 +20,9 @@ from test_server_baselines import local_sgd
 from torch import Tensor, nn
 
 from lit_fl.algorithms import FDmeta
-from lit_fl.algorithms.fdmeta import GLOBAL, NO_PUBLIC_DATA, aggregate_logits, predict, public_sample
+from lit_fl.algorithms.fdmeta import GLOBAL, aggregate_logits, predict, public_sample
 from lit_fl.config import DataConfig, ModelsConfig
 from lit_fl.data import load_dataset
-from lit_fl.errors import ConfigError
 from lit_fl.federation.builder import build_federation
 from lit_fl.federation.ledger import MB, CommunicationLedger
 from lit_fl.federation.state import Federation
@@ -93,12 +92,6 @@ def test_predict_is_the_eval_mode_forward_and_keeps_the_mode() -> None:
     assert model.training
     want = copy.deepcopy(model).eval()(x).detach()
     torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
-
-
-def test_setup_refuses_a_federation_without_public_data() -> None:
-    with pytest.raises(ConfigError, match="server_fraction"):
-        FDmeta().setup(public_federation(server_fraction=0.0))
-    assert "server_fraction" in NO_PUBLIC_DATA
 
 
 # -- (a) one round by hand -------------------------------------------------------------------------------------

@@ -24,7 +24,6 @@ from lit_fl.algorithms.feddf import GLOBAL
 from lit_fl.config import DataConfig, ModelsConfig
 from lit_fl.data import load_dataset
 from lit_fl.data.dataset import ImageDataset
-from lit_fl.errors import ConfigError
 from lit_fl.federation.builder import build_federation
 from lit_fl.federation.evaluation import Evaluator
 from lit_fl.federation.ledger import MB, CommunicationLedger
@@ -211,12 +210,6 @@ def test_ledger_records_the_architecture_model_down_and_the_trained_model_up() -
     for (_, _, got), (_, _, want) in zip(ledger.transfers, expected):
         assert got == pytest.approx(want, rel=1e-12)
     assert ledger.round_sent_mb == pytest.approx(ledger.round_returned_mb, rel=1e-12)
-
-
-def test_without_proxy_data_setup_is_one_line() -> None:
-    with pytest.raises(ConfigError, match="^FedDF distils on unlabeled proxy data: set data.server_fraction > 0"):
-        FedDF(distill_steps=2).setup(federation(server_fraction=0.0))
-    FedDF(distill_steps=0).setup(federation(server_fraction=0.0))  # FedAvg per architecture needs none
 
 
 # -- (d) the shipped config ------------------------------------------------------------------------------------

@@ -201,15 +201,6 @@ def test_ledger_records_soft_predictions_both_ways() -> None:
     assert ledger.round_sent_mb == pytest.approx(2 * mb) and ledger.round_returned_mb == pytest.approx(2 * mb)
 
 
-def test_no_public_data_is_refused() -> None:
-    from federations import tiny_federation
-
-    from lit_fl.errors import ConfigError
-
-    with pytest.raises(ConfigError, match="server_fraction"):
-        KTpFL().setup(tiny_federation(num_clients=4))
-
-
 # -- the shipped config and resume ------------------------------------------------------------------------------
 
 

@@ -7,11 +7,9 @@ from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from lit_fl import steps
+from lit_fl.algorithms.settings import PREFIX, ClientSGD, declare_init
 from lit_fl.choices import SupervisedLoss
-from lit_fl.constraints import Momentum, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, checked_init
-from lit_fl.errors import ConfigError
 from lit_fl.federation.round import RoundResult
-from lit_fl.lazy import eager_init_annotations
 from lit_fl.steps.optim import SGDConfig
 
 if TYPE_CHECKING:
@@ -20,6 +18,7 @@ if TYPE_CHECKING:
     import lightning as L
     import torch
 
+    from lit_fl.algorithms.requirements import Requirement
     from lit_fl.data.batches import ClientBatches
     from lit_fl.data.dataset import ImageDataset
     from lit_fl.federation.ledger import CommunicationLedger
@@ -52,13 +51,14 @@ class Algorithm(ABC):
     #: summary.json, W&B, the final line; ``compare``'s default table). Default ``global_acc``: the clients' models
     #: on the global test set (docs/metrics.md); a method declares its own with the paper's section.
     reports: ClassVar[str] = "global_acc"
+    #: This method's defaults of the six settings above, its paper's (:mod:`lit_fl.algorithms.settings`): what
+    #: ``--help`` shows and what a key left out takes, from a config or from Python.
+    client_defaults: ClassVar[ClientSGD] = ClientSGD()
     #: Whether clients keep a peak model (then global accuracy is reported on peak models).
     uses_peak_models: bool = False
-    #: Whether the method moves models between clients (through the ledger, where ``faults.*`` apply); a method
-    #: that never does refuses ``faults.*``.
-    sends_models: bool = True
-    #: Whether the method reads the network topology (``topology.*``); one that does not refuses a non-default one.
-    uses_topology: bool = True
+    #: What the method needs from the rest of the config (a server, one architecture, proxy data, ...), checked
+    #: once before anything is built (:mod:`lit_fl.algorithms.requirements`).
+    requires: ClassVar[tuple[Requirement, ...]] = ()
     #: FedProx's ``mu`` of the local phase (``mu/2 ||W - W_start||^2``); 0 = plain local training.
     prox_mu: float = 0.0
     #: The default of ``models.same_init``: whether the method's paper starts every client of an architecture
@@ -66,43 +66,27 @@ class Algorithm(ABC):
     paper_same_init: bool = True
     #: Whether the method learns from logits alone, so that it runs on token sequences (next-token prediction,
     #: :mod:`lit_fl.data.tokens`) as on images; one that needs images (noise images, class-score tables, sliced
-    #: widths) refuses a sequence dataset in one line (:meth:`check_dataset`).
+    #: widths) refuses a sequence dataset in one line (the requirement ``IMAGES``).
     sequence_tasks: bool = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        eager_init_annotations(cls)
-        _check_constrained_init(cls)
+        declare_init(cls)
 
-    def __init__(
-        self,
-        local_epochs: NonNegativeInt = 1,
-        loss: SupervisedLoss = "ce",
-        lr: PositiveFloat = 0.01,
-        momentum: Momentum = 0.9,
-        weight_decay: NonNegativeFloat = 5e-4,
-        batch_size: PositiveInt = 64,
-    ) -> None:
-        if loss not in ("wsm", "ce"):
-            raise ConfigError(f"algorithm.loss must be one of wsm, ce; got {loss!r}")
-        self.local_epochs = local_epochs
-        self.loss: SupervisedLoss = loss
-        self.optimizer = SGDConfig(lr=lr, momentum=momentum, weight_decay=weight_decay, key="algorithm.")
-        self.batch_size = batch_size
+    def __init__(self, **settings: Any) -> None:  # the six of ClientSGD, with the class's client_defaults
+        sgd = ClientSGD(**settings)
+        self.local_epochs = sgd.local_epochs
+        self.loss: SupervisedLoss = sgd.loss
+        self.optimizer = SGDConfig(lr=sgd.lr, momentum=sgd.momentum, weight_decay=sgd.weight_decay, key=PREFIX)
+        self.batch_size = sgd.batch_size
 
     @property
     def name(self) -> str:
         return type(self).__name__
 
     def check_dataset(self, dataset: ImageDataset) -> None:
-        """Refuse, in one line, a dataset the method cannot learn from (before the federation is built)."""
-        if dataset.is_sequence and not self.sequence_tasks:
-            from lit_fl.algorithms.registry import ALGORITHMS
-
-            able = sorted(name for name, cls in ALGORITHMS.items() if getattr(cls, "sequence_tasks", False))
-            raise ConfigError(f"algorithm: {self.name} cannot run on {dataset.name}: its samples are token sequences "
-                              f"(next-token prediction) and {self.name} is built for images; methods that run on "
-                              f"sequences: {', '.join(able)}")
+        """Refuse, in one line, a dataset the method cannot learn from for a reason of its own keys (before the
+        federation is built; what it needs in general is its :attr:`requires`)."""
 
     def setup(self, federation: Federation) -> None:
         """Called once on a fresh federation before round 1 (and before a checkpoint is loaded)."""
@@ -158,15 +142,7 @@ class Algorithm(ABC):
         return phase_losses(runner.run_phase([self.local_work(c, federation) for c in clients]))
 
 
-def _check_constrained_init(cls: type) -> None:
-    """The class's own ``__init__`` checks its constrained keys (:mod:`lit_fl.constraints`) as ``algorithm.<key>``."""
-    init = cls.__dict__.get("__init__")
-    if init is not None and not getattr(init, "__lit_fl_checked__", False):
-        cls.__init__ = checked_init(init, "algorithm.")  # type: ignore[method-assign]
-
-
-eager_init_annotations(Algorithm)  # subclasses: __init_subclass__
-_check_constrained_init(Algorithm)
+declare_init(Algorithm, root=True)  # subclasses: __init_subclass__
 
 
 def nanmean(values: list[float]) -> float:

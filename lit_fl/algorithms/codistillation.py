@@ -55,8 +55,9 @@ import numpy as np
 from lit_fl import steps
 from lit_fl.algorithms.base import Algorithm, RoundResult, nanmean, phase_losses
 from lit_fl.algorithms.registry import register_algorithm
+from lit_fl.algorithms.requirements import HELD_OUT_DATA, SERVER_BASED
 from lit_fl.algorithms.server_optimizers import FedAdam
-from lit_fl.choices import SupervisedLoss
+from lit_fl.algorithms.settings import ClientSGD
 from lit_fl.constraints import Bounds, PositiveFloat, PositiveInt, UnitInterval
 from lit_fl.errors import ConfigError
 from lit_fl.models import create_model
@@ -75,9 +76,6 @@ if TYPE_CHECKING:
 DecayRounds = Annotated[int, Bounds(1, note="(or null for a constant rate)")]
 SMALL, LARGE = "small", "large"
 POOLS = (SMALL, LARGE)
-NO_SERVER_DATA = "Codistillation needs unlabeled server data: set data.server_fraction > 0"
-OWN_SLICE_ONLY = ("data.proxy.dataset: codistillation distils on the held-out slice of its own train split "
-                  "(data.server_fraction; data.proxy.size draws a subset of it), not on another dataset; allowed: null")
 
 
 class Codistillation(Algorithm):
@@ -118,8 +116,9 @@ class Codistillation(Algorithm):
     #: exists to use (sec. 1), is reported_acc (server_acc/small beside it)
     reports = "server_acc/large"
 
-    uses_topology = False  # every sampled client talks to the server
+    requires = (SERVER_BASED, HELD_OUT_DATA)  # every sampled client talks to the server, which distils on held-out data
     sequence_tasks = True  # the paper's StackOverflow half: LSTM language models (App. E)
+    client_defaults = ClientSGD(local_epochs=1, lr=0.01, momentum=0.0, weight_decay=0.0, batch_size=20)  # paper C.3
 
     def check_dataset(self, dataset: ImageDataset) -> None:
         """Both architectures must read the dataset's samples; the flips and mixup of ``distill_augment`` are for
@@ -158,14 +157,9 @@ class Codistillation(Algorithm):
         distill_augment: bool = False,
         decay_rounds: DecayRounds | None = None,
         pool_domains: dict[str, str] | None = None,
-        local_epochs: int = 1,
-        loss: SupervisedLoss = "ce",
-        lr: float = 0.01,
-        momentum: float = 0.0,
-        weight_decay: float = 0.0,
-        batch_size: int = 20,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(local_epochs, loss, lr, momentum, weight_decay, batch_size)
+        super().__init__(**kwargs)
         if isinstance(large_clients, (int, float)) and not isinstance(large_clients, bool):
             if not 0.0 < large_clients <= 1.0:
                 raise ConfigError(
@@ -195,14 +189,10 @@ class Codistillation(Algorithm):
     # -- setup -------------------------------------------------------------------------------------------
 
     def setup(self, federation: Federation) -> None:
-        """Check the server split and the pool, pick ``P_H``, create both server models and the clients'
-        large models (a resumed run loads their weights afterwards)."""
+        """Check the pool, pick ``P_H``, create both server models and the clients' large models (a resumed run loads
+        their weights afterwards)."""
         import torch
 
-        if federation.proxy_idx is None:
-            raise ConfigError(OWN_SLICE_ONLY)
-        if len(federation.server_idx) == 0:
-            raise ConfigError(NO_SERVER_DATA)
         other = sorted({c.arch for c in federation.clients} - {self.small_arch})
         if other:
             raise ConfigError(
@@ -434,7 +424,7 @@ class PeriodicCodist(Codistillation):
     """
 
     def __init__(
-        self, period: PositiveInt = 200, distill_steps: int = 200, reset_moments: bool = True, **kwargs: Any
+        self, period: PositiveInt = 200, distill_steps: PositiveInt = 200, reset_moments: bool = True, **kwargs: Any
     ) -> None:
         super().__init__(distill_steps=distill_steps, **kwargs)
         self.period = period
@@ -469,7 +459,7 @@ class MergedCodist(Codistillation):
         **kwargs: see :class:`Codistillation`.
     """
 
-    def __init__(self, merge_alpha: UnitInterval = 0.5, distill_steps: int = 32, **kwargs: Any) -> None:
+    def __init__(self, merge_alpha: UnitInterval = 0.5, distill_steps: PositiveInt = 32, **kwargs: Any) -> None:
         super().__init__(distill_steps=distill_steps, **kwargs)
         self.merge_alpha = float(merge_alpha)
 

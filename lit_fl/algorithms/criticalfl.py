@@ -35,9 +35,10 @@ from typing import TYPE_CHECKING, Any
 
 from lit_fl import steps
 from lit_fl.algorithms.base import RoundResult, phase_losses
-from lit_fl.algorithms.fedper import data_sizes, require_homogeneous, snapshot_states
+from lit_fl.algorithms.fedper import data_sizes, snapshot_states
 from lit_fl.algorithms.local import Local
 from lit_fl.algorithms.registry import register_algorithm
+from lit_fl.algorithms.requirements import ONE_ARCHITECTURE
 from lit_fl.constraints import Fraction, NonNegativeFloat, PositiveInt
 from lit_fl.errors import ConfigError
 
@@ -75,8 +76,7 @@ class CriticalFL(Local):
 
     sequence_tasks = False  # not checked on sequences
 
-    sends_models = True
-    uses_topology = True
+    requires = (ONE_ARCHITECTURE,)  # weights averaged whole between clients
 
     def __init__(
         self,
@@ -100,7 +100,6 @@ class CriticalFL(Local):
 
     def setup(self, federation: Federation) -> None:
         super().setup(federation)
-        require_homogeneous(federation, self.name)
         self.peer_counts = [self.num_peers] * federation.num_clients
         self.fgn_history = [[] for _ in range(federation.num_clients)]
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lit_fl.algorithms.base import Algorithm, nanmean
-from lit_fl.constraints import Fraction
-from lit_fl.errors import ConfigError
+from lit_fl.algorithms.requirements import AGGREGATOR_AND_SENDERS
+from lit_fl.constraints import Fraction, NonNegativeInt
 from lit_fl.federation.selection import Participants, select_participants
 
 if TYPE_CHECKING:
@@ -48,20 +48,15 @@ class DecentralizedAlgorithm(Algorithm):
         fixed_aggregator: pin the aggregator to this client id every round (ablation, DFML A.4.2).
     """
 
-    def __init__(self, sender_fraction: Fraction = 0.5, fixed_aggregator: int | None = None, **kwargs: Any) -> None:
+    requires = (AGGREGATOR_AND_SENDERS,)
+
+    def __init__(
+        self, sender_fraction: Fraction = 0.5, fixed_aggregator: NonNegativeInt | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
-        if fixed_aggregator is not None and fixed_aggregator < 0:
-            raise ConfigError(f"algorithm.fixed_aggregator must be a client id >= 0, got {fixed_aggregator}")
         self.sender_fraction = sender_fraction
         self.fixed_aggregator = fixed_aggregator
         self.previous_aggregator: int | None = None
-
-    def setup(self, federation: Federation) -> None:
-        if self.fixed_aggregator is not None and self.fixed_aggregator >= federation.num_clients:
-            raise ConfigError(
-                f"algorithm.fixed_aggregator: {self.fixed_aggregator} is not a client id "
-                f"(allowed: 0..{federation.num_clients - 1})"
-            )
 
     def select(self, round_: int, federation: Federation) -> Participants:
         """This round's aggregator and senders on the federation's topology."""

@@ -17,7 +17,8 @@ from lit_fl import steps
 from lit_fl.algorithms.base import RoundResult, nanmean, phase_losses
 from lit_fl.algorithms.decentralized import DecentralizedAlgorithm
 from lit_fl.algorithms.registry import register_algorithm
-from lit_fl.choices import SupervisedLoss
+from lit_fl.algorithms.requirements import ONE_ARCHITECTURE
+from lit_fl.algorithms.settings import DFML_CLIENTS
 from lit_fl.constraints import NonNegativeFloat, NonNegativeInt
 from lit_fl.errors import ConfigError
 from lit_fl.federation.selection import num_senders
@@ -79,20 +80,13 @@ class PairwiseExchange(DecentralizedAlgorithm):
 
     #: Whether :meth:`fuse` returns a training loss worth logging as ``fusion_loss``.
     logs_fusion_loss: bool = False
+    client_defaults = DFML_CLIENTS  # WSM, as DFML
+    requires = (*DecentralizedAlgorithm.requires, ONE_ARCHITECTURE)  # every client starts from the same w_0
 
-    def __init__(self, loss: SupervisedLoss = "wsm", **kwargs: Any) -> None:
-        super().__init__(loss=loss, **kwargs)
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         if self.fixed_aggregator is not None:
             raise ConfigError(f"algorithm.fixed_aggregator: {self.name} has no aggregator; leave it unset")
-
-    def setup(self, federation: Federation) -> None:
-        super().setup(federation)
-        archs = federation.architectures()
-        if len(archs) > 1:
-            raise ConfigError(
-                f"models.pool: {self.name} needs one architecture for all clients (homogeneous models, as in "
-                f"the paper); got {', '.join(archs)}"
-            )
 
     def num_pairs(self, num_clients: int) -> int:
         """``Q = round(sender_fraction * N)``, capped at ``N // 2`` so that 2Q clients are distinct."""

@@ -27,14 +27,16 @@ own model (``w_ii += w_ij``), so each row stays a convex combination (W is then 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 from lit_fl.algorithms.base import RoundResult, phase_losses
-from lit_fl.algorithms.fedper import require_homogeneous, snapshot_states
+from lit_fl.algorithms.fedper import snapshot_states
 from lit_fl.algorithms.local import Local
 from lit_fl.algorithms.registry import register_algorithm
-from lit_fl.choices import SupervisedLoss
-from lit_fl.constraints import Fraction, Momentum, NonNegativeFloat, PositiveFloat, PositiveInt
+from lit_fl.algorithms.requirements import ONE_ARCHITECTURE
+from lit_fl.algorithms.settings import UAPDFL_CLIENTS
+from lit_fl.constraints import PositiveInt
 
 if TYPE_CHECKING:
     import numpy as np
@@ -71,34 +73,13 @@ class DFedAvgM(Local):
 
     sequence_tasks = False  # not checked on sequences
 
-    sends_models = True
-    uses_topology = True
+    requires = (ONE_ARCHITECTURE,)  # weights averaged whole between clients
+    #: UA-PDFL sec. 5.2 runs DFedAvgM with twice the local iterations of the other methods
+    client_defaults = replace(UAPDFL_CLIENTS, local_epochs=2)
 
-    def __init__(
-        self,
-        num_peers: PositiveInt = 5,
-        local_epochs: PositiveInt = 2,
-        momentum: Momentum = 0.5,
-        lr: PositiveFloat = 0.05,
-        lr_decay: Fraction = 0.95,
-        loss: SupervisedLoss = "ce",
-        weight_decay: NonNegativeFloat = 0.0,
-        batch_size: PositiveInt = 50,
-    ) -> None:
-        super().__init__(
-            lr_decay=lr_decay,
-            local_epochs=local_epochs,
-            loss=loss,
-            lr=lr,
-            momentum=momentum,
-            weight_decay=weight_decay,
-            batch_size=batch_size,
-        )
+    def __init__(self, num_peers: PositiveInt = 5, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         self.num_peers = num_peers
-
-    def setup(self, federation: Federation) -> None:
-        super().setup(federation)
-        require_homogeneous(federation, self.name)
 
     def run_round(
         self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger

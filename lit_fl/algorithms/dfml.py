@@ -8,7 +8,7 @@ from lit_fl import steps
 from lit_fl.algorithms.base import RoundResult
 from lit_fl.algorithms.decentralized import DecentralizedAlgorithm
 from lit_fl.algorithms.registry import register_algorithm
-from lit_fl.choices import SupervisedLoss
+from lit_fl.algorithms.settings import DFML_CLIENTS
 from lit_fl.constraints import BatchStatisticsSize, NonNegativeInt, PositiveFloat, PositiveInt, UnitInterval
 from lit_fl.federation.alpha import AlphaSchedule
 
@@ -52,6 +52,7 @@ class DFML(DecentralizedAlgorithm):
     sequence_tasks = True  # learns from logits alone: runs on token sequences (lit_fl.data.tokens)
 
     uses_peak_models = True
+    client_defaults = DFML_CLIENTS  # WSM (Eq. 2)
 
     def __init__(
         self,
@@ -66,10 +67,9 @@ class DFML(DecentralizedAlgorithm):
         temperature: PositiveFloat = 1.0,
         noise_batches: NonNegativeInt = 0,
         noise_batch_size: BatchStatisticsSize = 128,
-        loss: SupervisedLoss = "wsm",
         **kwargs: Any,
     ) -> None:
-        super().__init__(loss=loss, **kwargs)
+        super().__init__(**kwargs)
         self.mutual_epochs = mutual_epochs
         self.alpha = AlphaSchedule(alpha_max, period, period_increment, alpha_schedule)
         self.peak_updates = peak_updates

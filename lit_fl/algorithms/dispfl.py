@@ -29,18 +29,11 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from lit_fl.algorithms.base import RoundResult, phase_losses
-from lit_fl.algorithms.fedper import require_homogeneous, snapshot_states
+from lit_fl.algorithms.fedper import snapshot_states
 from lit_fl.algorithms.local import Local
 from lit_fl.algorithms.registry import register_algorithm
-from lit_fl.choices import SupervisedLoss
-from lit_fl.constraints import (
-    Fraction,
-    Momentum,
-    NonNegativeFloat,
-    PositiveFloat,
-    PositiveInt,
-    UnitInterval,
-)
+from lit_fl.algorithms.requirements import ONE_ARCHITECTURE
+from lit_fl.constraints import Fraction, NonNegativeFloat, PositiveInt, UnitInterval
 
 if TYPE_CHECKING:
     import numpy as np
@@ -86,8 +79,7 @@ class DisPFL(Local):
 
     sequence_tasks = False  # masks and its own loss loop are for image models
 
-    sends_models = True
-    uses_topology = True
+    requires = (ONE_ARCHITECTURE,)  # weights averaged whole between clients
 
     def __init__(
         self,
@@ -97,23 +89,9 @@ class DisPFL(Local):
         anneal_rounds: PositiveInt = 150,
         erk_power: NonNegativeFloat = 1.0,
         same_initial_mask: bool = False,
-        local_epochs: PositiveInt = 1,
-        lr: PositiveFloat = 0.05,
-        lr_decay: Fraction = 0.95,
-        momentum: Momentum = 0.5,
-        loss: SupervisedLoss = "ce",
-        weight_decay: NonNegativeFloat = 0.0,
-        batch_size: PositiveInt = 50,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            lr_decay=lr_decay,
-            local_epochs=local_epochs,
-            loss=loss,
-            lr=lr,
-            momentum=momentum,
-            weight_decay=weight_decay,
-            batch_size=batch_size,
-        )
+        super().__init__(**kwargs)  # Local's lr_decay and UA-PDFL's client SGD
         self.num_peers = num_peers
         self.density = float(density)
         self.anneal_factor = float(anneal_factor)
@@ -130,7 +108,6 @@ class DisPFL(Local):
         import torch
 
         super().setup(federation)
-        require_homogeneous(federation, self.name)
         shapes = parameter_shapes(federation.clients[0].model)
         densities = erk_densities(shapes, self.density, self.erk_power)
         shared = random_masks(shapes, densities, federation.rng.algorithm) if self.same_initial_mask else None

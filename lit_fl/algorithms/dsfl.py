@@ -39,9 +39,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from lit_fl.algorithms.base import RoundResult, nanmean, phase_losses
 from lit_fl.algorithms.public_distillation import PublicDistillation, class_scores
 from lit_fl.algorithms.registry import register_algorithm
-from lit_fl.choices import SupervisedLoss
+from lit_fl.algorithms.settings import FEDORION_CLIENTS
 from lit_fl.constraints import Fraction, Momentum, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
-from lit_fl.errors import ConfigError
 from lit_fl.steps.optim import SGDConfig
 
 if TYPE_CHECKING:
@@ -103,6 +102,7 @@ class DSFL(PublicDistillation):
     reports = "server_acc/global"
 
     sequence_tasks = True  # per-token soft labels (ERA per position); the KL over positions whose input is not PAD
+    client_defaults = FEDORION_CLIENTS  # FedORION's shared setting (sec. 4.1, 4.2.1)
 
     def __init__(
         self,
@@ -117,17 +117,9 @@ class DSFL(PublicDistillation):
         server_momentum: Momentum = 0.9,
         server_weight_decay: NonNegativeFloat = 0.0,
         server_batch_size: PositiveInt = 128,
-        local_epochs: int = 10,
-        loss: SupervisedLoss = "ce",
-        lr: float = 0.01,
-        momentum: float = 0.9,
-        weight_decay: float = 0.0,
-        batch_size: int = 32,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(local_epochs=local_epochs, loss=loss, lr=lr, momentum=momentum, weight_decay=weight_decay,
-                         batch_size=batch_size)
-        if aggregation not in ("era", "sa"):
-            raise ConfigError(f"algorithm.aggregation must be one of era, sa; got {aggregation!r}")
+        super().__init__(**kwargs)
         self.global_arch = global_arch
         self.client_fraction = client_fraction
         self.public_size = public_size

@@ -47,9 +47,11 @@ import numpy as np
 
 from lit_fl import steps
 from lit_fl.algorithms.base import Algorithm, RoundResult, nanmean, phase_losses
-from lit_fl.algorithms.global_model import memory_format as _memory_format, smallest_architecture
+from lit_fl.algorithms.global_model import memory_format as _memory_format
+from lit_fl.algorithms.global_model import smallest_architecture
 from lit_fl.algorithms.registry import register_algorithm
-from lit_fl.choices import SupervisedLoss
+from lit_fl.algorithms.requirements import PROXY_DATA, SERVER_BASED
+from lit_fl.algorithms.settings import FEDORION_CLIENTS
 from lit_fl.constraints import Fraction, Momentum, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 from lit_fl.errors import ConfigError
 from lit_fl.federation.selection import select_fraction
@@ -68,7 +70,6 @@ if TYPE_CHECKING:
 GLOBAL = "global"
 #: how the uploaded logits are weighted: equally, or by the clients' train sample counts
 LogitWeights = Literal["uniform", "samples"]
-NO_PUBLIC_DATA = "FDmeta needs public (proxy) data: set data.server_fraction > 0"
 #: samples per forward pass when a client computes its logits on the public subset (memory only, not the result)
 PREDICT_BATCH = 256
 
@@ -134,9 +135,10 @@ class FDmeta(Algorithm):
     #: FedORION sec. 4.1: "test set accuracy of the global server model"
     reports = "server_acc/global"
 
-    uses_topology = False  # every sampled client talks to the server
+    requires = (SERVER_BASED, PROXY_DATA)  # every sampled client talks to the server; public data on it
     paper_same_init = False  # heterogeneous clients initialise their own models (FedORION sec. 4.1: "randomly")
     sequence_tasks = True  # per-token aggregated logits; the CE over positions whose input is not PAD
+    client_defaults = FEDORION_CLIENTS  # FedORION's shared setting (sec. 4.1, 4.2.1)
 
     def __init__(
         self,
@@ -151,17 +153,9 @@ class FDmeta(Algorithm):
         server_lr: PositiveFloat = 0.001,
         server_momentum: Momentum = 0.9,
         server_weight_decay: NonNegativeFloat = 0.0,
-        local_epochs: int = 10,
-        loss: SupervisedLoss = "ce",
-        lr: float = 0.01,
-        momentum: float = 0.9,
-        weight_decay: float = 0.0,
-        batch_size: int = 32,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(local_epochs=local_epochs, loss=loss, lr=lr, momentum=momentum, weight_decay=weight_decay,
-                         batch_size=batch_size)
-        if aggregation not in ("uniform", "samples"):
-            raise ConfigError(f"algorithm.aggregation must be one of uniform, samples; got {aggregation!r}")
+        super().__init__(**kwargs)
         self.client_fraction = client_fraction
         self.global_arch = global_arch
         self.public_size = public_size
@@ -175,9 +169,7 @@ class FDmeta(Algorithm):
     # -- setup -------------------------------------------------------------------------------------------
 
     def setup(self, federation: Federation) -> None:
-        """Check the public data, resolve the global architecture and create the server model (once)."""
-        if len(federation.proxy) == 0:
-            raise ConfigError(NO_PUBLIC_DATA)
+        """Resolve the global architecture and create the server model (once)."""
         arch = self.global_arch or smallest_architecture(federation)
         self.global_arch = arch
         if GLOBAL not in federation.server:

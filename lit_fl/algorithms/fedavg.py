@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from lit_fl import steps
 from lit_fl.algorithms.base import RoundResult
 from lit_fl.algorithms.decentralized import DecentralizedAlgorithm
 from lit_fl.algorithms.registry import register_algorithm
-from lit_fl.choices import SupervisedLoss
+from lit_fl.algorithms.settings import DFML_CLIENTS
 
 if TYPE_CHECKING:
     from lit_fl.federation.ledger import CommunicationLedger
@@ -31,9 +31,7 @@ class DecentralizedFedAvg(DecentralizedAlgorithm):
     reports = "global_acc"
 
     sequence_tasks = True  # learns from logits alone: runs on token sequences (lit_fl.data.tokens)
-
-    def __init__(self, loss: SupervisedLoss = "wsm", **kwargs: Any) -> None:
-        super().__init__(loss=loss, **kwargs)
+    client_defaults = DFML_CLIENTS  # WSM, as DFML
 
     def run_round(
         self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger

@@ -39,9 +39,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from lit_fl import steps
 from lit_fl.algorithms.registry import register_algorithm
+from lit_fl.algorithms.requirements import PROXY_DATA, SERVER_BASED
 from lit_fl.algorithms.server import ServerAlgorithm
+from lit_fl.algorithms.settings import FEDORION_CLIENTS
 from lit_fl.algorithms.updates import average_updates
-from lit_fl.choices import SupervisedLoss
 from lit_fl.constraints import Fraction, NonNegativeInt, PositiveFloat, PositiveInt
 from lit_fl.errors import ConfigError
 
@@ -54,8 +55,6 @@ if TYPE_CHECKING:
 
 #: ``federation.server`` name of the ensemble of the per-architecture server models
 GLOBAL = "global"
-NO_PROXY = ("FedDF distils on unlabeled proxy data: set data.server_fraction > 0 (the held-out slice, "
-            "data.proxy.dataset: null) or data.proxy.dataset")
 
 
 @register_algorithm
@@ -87,7 +86,8 @@ class FedDF(ServerAlgorithm):
     reports = "server_acc/global"
 
     sequence_tasks = True  # per-token KL to the ensemble on the proxy sequences (PAD inputs masked)
-    homogeneous = False  # one server model per architecture
+    client_defaults = FEDORION_CLIENTS  # FedORION's shared setting (sec. 4.1, 4.2.1)
+    requires = (SERVER_BASED, PROXY_DATA.when(lambda algo: algo.distill_steps > 0))  # 0 steps: FedAvg per arch
 
     def __init__(
         self,
@@ -99,17 +99,9 @@ class FedDF(ServerAlgorithm):
         temperature: PositiveFloat = 1.0,
         clip_norm: PositiveFloat | None = 5.0,
         aggregation: Literal["samples", "uniform"] = "samples",
-        local_epochs: int = 10,
-        loss: SupervisedLoss = "ce",
-        lr: float = 0.01,
-        momentum: float = 0.9,
-        weight_decay: float = 0.0,
-        batch_size: int = 32,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(local_epochs=local_epochs, loss=loss, lr=lr, momentum=momentum, weight_decay=weight_decay,
-                         batch_size=batch_size)
-        if aggregation not in ("samples", "uniform"):
-            raise ConfigError(f"algorithm.aggregation must be one of samples, uniform; got {aggregation!r}")
+        super().__init__(**kwargs)
         self.client_fraction = client_fraction
         self.distill_steps, self.distill_batch_size = distill_steps, distill_batch_size
         self.distill_lr, self.cosine = float(distill_lr), bool(cosine)
@@ -121,12 +113,10 @@ class FedDF(ServerAlgorithm):
     # -- setup -------------------------------------------------------------------------------------------
 
     def setup(self, federation: Federation) -> None:
-        """Proxy data, one server model per architecture from the clients' initialisation of it
-        (:class:`ServerAlgorithm`), and their ensemble ``global``."""
+        """One server model per architecture from the clients' initialisation of it (:class:`ServerAlgorithm`),
+        and their ensemble ``global``."""
         from lit_fl.steps.ensemble_distillation import ServerEnsemble
 
-        if self.distill_steps > 0 and len(federation.proxy) == 0:
-            raise ConfigError(NO_PROXY)
         self.archs = federation.architectures()
         if GLOBAL in self.archs:
             raise ConfigError(f"models.pool: an architecture named {GLOBAL!r} clashes with FedDF's ensemble")

@@ -43,11 +43,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from lit_fl import steps
 from lit_fl.algorithms.global_model import fresh_model, smallest_architecture
-from lit_fl.algorithms.ktpfl import NO_PUBLIC_DATA, tensor_batches
+from lit_fl.algorithms.ktpfl import tensor_batches
 from lit_fl.algorithms.registry import register_algorithm
+from lit_fl.algorithms.requirements import PROXY_DATA, SERVER_BASED
 from lit_fl.algorithms.server import GLOBAL, ServerAlgorithm, model_state
+from lit_fl.algorithms.settings import FEDORION_CLIENTS
 from lit_fl.algorithms.updates import ClientUpdate
-from lit_fl.choices import SupervisedLoss
 from lit_fl.constraints import BatchStatisticsSize, Fraction, NonNegativeFloat, NonNegativeInt, PositiveFloat
 from lit_fl.errors import ConfigError
 from lit_fl.federation.ledger import SERVER
@@ -104,8 +105,9 @@ class FedKEMF(ServerAlgorithm):
     reports = "server_acc/global"
 
     paper_same_init = False
-    homogeneous = False  # the clients' local models are any architectures; only the knowledge network is shared
+    requires = (SERVER_BASED, PROXY_DATA)  # every sampled client talks to the server; public data on it
     sequence_tasks = True  # per-token DML on the private data, per-token fusion CE on the public sequences
+    client_defaults = FEDORION_CLIENTS  # FedORION's shared setting (sec. 4.1, 4.2.1)
 
     def __init__(
         self,
@@ -118,17 +120,9 @@ class FedKEMF(ServerAlgorithm):
         server_lr: PositiveFloat = 0.001,
         server_momentum: float = 0.9,
         temperature: PositiveFloat = 1.0,
-        local_epochs: int = 10,
-        loss: SupervisedLoss = "ce",
-        lr: float = 0.01,
-        momentum: float = 0.9,
-        weight_decay: float = 0.0,
-        batch_size: int = 32,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(local_epochs=local_epochs, loss=loss, lr=lr, momentum=momentum, weight_decay=weight_decay,
-                         batch_size=batch_size)
-        if aggregation not in ("samples", "uniform"):
-            raise ConfigError(f"algorithm.aggregation must be one of samples, uniform; got {aggregation!r}")
+        super().__init__(**kwargs)
         self.global_arch = global_arch
         self.client_fraction = client_fraction
         self.kl_weight = float(kl_weight)
@@ -141,10 +135,8 @@ class FedKEMF(ServerAlgorithm):
     # -- setup -------------------------------------------------------------------------------------------
 
     def setup(self, federation: Federation) -> None:
-        """Check the public data, resolve the knowledge network's architecture and create it (once)."""
+        """Resolve the knowledge network's architecture and create it (once)."""
 
-        if len(federation.proxy) == 0:
-            raise ConfigError(NO_PUBLIC_DATA.format(name="FedKEMF"))
         arch = self.global_arch or smallest_architecture(federation)
         self.global_arch = arch
         if GLOBAL not in federation.server:

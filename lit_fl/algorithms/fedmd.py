@@ -36,9 +36,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from lit_fl.algorithms.base import RoundResult, nanmean, phase_losses
 from lit_fl.algorithms.public_distillation import PublicDistillation, class_scores
 from lit_fl.algorithms.registry import register_algorithm
-from lit_fl.choices import SupervisedLoss
+from lit_fl.algorithms.settings import FEDORION_CLIENTS
 from lit_fl.constraints import Fraction, NonNegativeInt, PositiveInt
-from lit_fl.errors import ConfigError
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -85,6 +84,7 @@ class FedMD(PublicDistillation):
     reports = "global_acc"
 
     sequence_tasks = True  # per-token consensus logits; the digest's L1/MSE over positions whose input is not PAD
+    client_defaults = FEDORION_CLIENTS  # FedORION's shared setting (sec. 4.1, 4.2.1)
 
     def __init__(
         self,
@@ -93,17 +93,9 @@ class FedMD(PublicDistillation):
         digest_epochs: NonNegativeInt = 1,
         digest_loss: DigestLoss = "l1",
         warmup_epochs: NonNegativeInt = 0,
-        local_epochs: int = 10,
-        loss: SupervisedLoss = "ce",
-        lr: float = 0.01,
-        momentum: float = 0.9,
-        weight_decay: float = 0.0,
-        batch_size: int = 32,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(local_epochs=local_epochs, loss=loss, lr=lr, momentum=momentum, weight_decay=weight_decay,
-                         batch_size=batch_size)
-        if digest_loss not in ("l1", "mse"):
-            raise ConfigError(f"algorithm.digest_loss must be one of l1, mse; got {digest_loss!r}")
+        super().__init__(**kwargs)
         self.client_fraction = client_fraction
         self.public_size = public_size
         self.digest_epochs = digest_epochs

@@ -42,17 +42,11 @@ from typing import TYPE_CHECKING, Any, Literal
 from lit_fl import steps
 from lit_fl.algorithms.global_model import fresh_model, memory_format, smallest_architecture
 from lit_fl.algorithms.registry import register_algorithm
+from lit_fl.algorithms.requirements import NO_FAULTS
 from lit_fl.algorithms.server import GLOBAL, ServerAlgorithm, model_state
+from lit_fl.algorithms.settings import FEDORION_CLIENTS
 from lit_fl.algorithms.updates import ClientUpdate, average_updates
-from lit_fl.choices import (
-    BN_STATS,
-    NOISES,
-    STUDENT_RUNNING_STATS,
-    BNStats,
-    NoiseKind,
-    StudentRunningStats,
-    SupervisedLoss,
-)
+from lit_fl.choices import BNStats, NoiseKind, StudentRunningStats
 from lit_fl.constraints import (
     BatchStatisticsSize,
     Fraction,
@@ -128,6 +122,8 @@ class FedORION(ServerAlgorithm):
     reports = "server_acc/global"
 
     paper_same_init = False
+    client_defaults = FEDORION_CLIENTS  # sec. 4.1, 4.2.1
+    requires = (SERVER, NO_FAULTS)
 
     def __init__(
         self,
@@ -149,36 +145,13 @@ class FedORION(ServerAlgorithm):
         kl_weight: NonNegativeFloat = 1.0,
         global_label_loss: bool = True,
         no_dml_lr: NoDMLRate = "lr",
-        local_epochs: int = 10,
-        loss: SupervisedLoss = "ce",
-        lr: float = 0.01,
-        momentum: float = 0.9,
-        weight_decay: float = 0.0,
-        batch_size: int = 32,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            local_epochs=local_epochs,
-            loss=loss,
-            lr=lr,
-            momentum=momentum,
-            weight_decay=weight_decay,
-            batch_size=batch_size,
-        )
+        super().__init__(**kwargs)
         if isinstance(no_dml, str) and no_dml != GLOBAL_ARCH:
             raise ConfigError(f"algorithm.no_dml must be a list of client ids or {GLOBAL_ARCH!r}; got {no_dml!r}")
         if isinstance(no_dml, (list, tuple)) and any(int(n) < 0 for n in no_dml):
             raise ConfigError(f"algorithm.no_dml: client ids must be >= 0, got {list(no_dml)}")
-        if bn_stats not in BN_STATS:
-            raise ConfigError(f"algorithm.bn_stats must be one of {', '.join(BN_STATS)}; got {bn_stats!r}")
-        if student_running_stats not in STUDENT_RUNNING_STATS:
-            raise ConfigError(
-                f"algorithm.student_running_stats must be one of {', '.join(STUDENT_RUNNING_STATS)}; "
-                f"got {student_running_stats!r}"
-            )
-        if noise not in NOISES:
-            raise ConfigError(f"algorithm.noise must be one of {', '.join(NOISES)}; got {noise!r}")
-        if aggregation not in ("uniform", "samples"):
-            raise ConfigError(f"algorithm.aggregation must be one of uniform, samples; got {aggregation!r}")
         self.global_arch = global_arch
         self.client_fraction = client_fraction
         self.no_dml_option = no_dml if isinstance(no_dml, str) else sorted({int(n) for n in no_dml or []})
@@ -187,7 +160,8 @@ class FedORION(ServerAlgorithm):
         self.noise_steps = noise_steps
         self.noise_batch_size = noise_batch_size
         self.noise: NoiseKind = noise
-        self.global_optimizer = SGDConfig(global_lr, momentum, weight_decay, key="algorithm.global_")
+        self.global_optimizer = SGDConfig(global_lr, self.optimizer.momentum, self.optimizer.weight_decay,
+                                          key="algorithm.global_")
         self.server_optimizer = SGDConfig(server_lr, server_momentum, server_weight_decay, key="algorithm.server_")
         self.bn_stats: BNStats = bn_stats
         self.student_running_stats: StudentRunningStats = student_running_stats
@@ -201,11 +175,6 @@ class FedORION(ServerAlgorithm):
 
     def setup(self, federation: Federation) -> None:
         """Resolve the global architecture, check ``no_dml`` and create the global model (once)."""
-        if federation.faults.enabled:
-            raise ConfigError(
-                "faults: FedORION (server based) does not simulate client faults; "
-                "set faults.drop_prob and faults.return_drop_prob to 0"
-            )
         arch = self.global_arch or smallest_architecture(federation)
         self.global_arch = arch
         if self.no_dml_option == GLOBAL_ARCH:

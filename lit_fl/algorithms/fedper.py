@@ -17,9 +17,9 @@ from lit_fl import steps
 from lit_fl.algorithms.base import RoundResult, phase_losses
 from lit_fl.algorithms.local import Local
 from lit_fl.algorithms.registry import register_algorithm
+from lit_fl.algorithms.requirements import ONE_ARCHITECTURE
 from lit_fl.algorithms.unit_representation import ModelSplit
 from lit_fl.constraints import PositiveInt
-from lit_fl.errors import ConfigError
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -53,8 +53,7 @@ class FedPer(Local):
 
     sequence_tasks = False  # its classifier split is defined for the image families
 
-    sends_models = True
-    uses_topology = True
+    requires = (ONE_ARCHITECTURE,)  # weights averaged whole between clients
 
     def __init__(self, num_peers: PositiveInt = 5, classifier_modules: list[str] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -68,8 +67,7 @@ class FedPer(Local):
         self.prepare(federation)
 
     def prepare(self, federation: Federation) -> None:
-        """Check that every client has the same architecture and split its keys into ``g`` and ``h``."""
-        require_homogeneous(federation, self.name)
+        """Split the keys of the clients' one architecture into ``g`` and ``h``."""
         self.feature_keys, self.classifier_keys = self.split.keys(federation.clients[0].model)
 
     def run_round(
@@ -141,20 +139,3 @@ def data_sizes(federation: Federation, clients: Sequence[int]) -> list[float]:
     """``|D_u|`` weights of Algorithm 2 (train-split sizes); equal weights if all of them are empty."""
     sizes = [float(federation.clients[c].num_train) for c in clients]
     return sizes if sum(sizes) > 0 else [1.0] * len(sizes)
-
-
-def require_homogeneous(federation: Federation, method: str) -> None:
-    """Raise a clear error unless every client's weights have the same names and shapes."""
-
-    def signature(client: Client) -> tuple[tuple[str, tuple[int, ...]], ...]:
-        return tuple((k, tuple(v.shape)) for k, v in client.model.state_dict().items())
-
-    reference = signature(federation.clients[0])
-    if all(signature(c) == reference for c in federation.clients[1:]):
-        return
-    archs = federation.architectures()
-    raise ConfigError(
-        f"algorithm {method} averages feature extractors and classifiers between clients, so every client needs "
-        f"the same architecture (homogeneous models, as in UA-PDFL); models.pool gives {len(archs)}: "
-        f"{', '.join(archs)}. Use one, e.g. models.pool: [{archs[0]}]"
-    )

@@ -18,7 +18,7 @@ from lit_fl import steps
 from lit_fl.algorithms.base import RoundResult, nanmean, phase_losses
 from lit_fl.algorithms.decentralized import DecentralizedAlgorithm
 from lit_fl.algorithms.registry import register_algorithm
-from lit_fl.choices import SupervisedLoss
+from lit_fl.algorithms.settings import DFML_CLIENTS
 from lit_fl.constraints import PositiveInt, UnitInterval
 from lit_fl.models import create_model, num_parameters
 
@@ -50,6 +50,7 @@ class DecentralizedFML(DecentralizedAlgorithm):
 
     #: DFML App. A.4.11 (Fig. 24): the heterogeneous models' global accuracy (memes: global_acc_meme)
     reports = "global_acc"
+    client_defaults = DFML_CLIENTS  # WSM, as DFML (sec. 4)
 
     def __init__(
         self,
@@ -57,10 +58,9 @@ class DecentralizedFML(DecentralizedAlgorithm):
         mutual_epochs: PositiveInt = 1,
         fml_alpha: UnitInterval = 0.5,
         fml_beta: UnitInterval = 0.5,
-        loss: SupervisedLoss = "wsm",
         **kwargs: Any,
     ) -> None:
-        super().__init__(loss=loss, **kwargs)
+        super().__init__(**kwargs)
         self.meme_arch = meme_arch
         self.mutual_epochs = mutual_epochs
         self.fml_alpha, self.fml_beta = float(fml_alpha), float(fml_beta)

@@ -38,7 +38,8 @@ from typing import TYPE_CHECKING, Any
 
 from lit_fl.algorithms.base import Algorithm, RoundResult, nanmean, phase_losses
 from lit_fl.algorithms.registry import register_algorithm
-from lit_fl.choices import SupervisedLoss
+from lit_fl.algorithms.requirements import PROXY_DATA, SERVER_BASED
+from lit_fl.algorithms.settings import FEDORION_CLIENTS
 from lit_fl.constraints import Fraction, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 from lit_fl.errors import ConfigError
 from lit_fl.federation.selection import select_fraction
@@ -53,8 +54,6 @@ if TYPE_CHECKING:
     from lit_fl.steps.phase import ClientWork
     from lit_fl.steps.runner import StepRunner
 
-NO_PUBLIC_DATA = ("{name} distils on public data (data.proxy): set data.proxy.dataset, or data.server_fraction > 0 "
-                  "for the held-out unlabeled slice")
 
 
 def personalized_targets(coefficients: Tensor, soft: Tensor) -> Tensor:
@@ -167,8 +166,9 @@ class KTpFL(Algorithm):
     reports = "global_acc"
 
     paper_same_init = False
-    uses_topology = False  # every selected client talks to the server
+    requires = (SERVER_BASED, PROXY_DATA)  # every sampled client talks to the server; public data on it
     sequence_tasks = True  # per-token soft predictions; coefficient KL and distillation over non-PAD positions
+    client_defaults = FEDORION_CLIENTS  # FedORION's shared setting (sec. 4.1, 4.2.1)
 
     def __init__(
         self,
@@ -179,15 +179,9 @@ class KTpFL(Algorithm):
         temperature: PositiveFloat = 10.0,
         distill_epochs: NonNegativeInt = 1,
         public_size: PositiveInt | None = None,
-        local_epochs: int = 10,
-        loss: SupervisedLoss = "ce",
-        lr: float = 0.01,
-        momentum: float = 0.9,
-        weight_decay: float = 0.0,
-        batch_size: int = 32,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(local_epochs=local_epochs, loss=loss, lr=lr, momentum=momentum, weight_decay=weight_decay,
-                         batch_size=batch_size)
+        super().__init__(**kwargs)
         self.client_fraction = client_fraction
         self.kl_weight = float(kl_weight)
         self.rho = float(rho)
@@ -201,11 +195,9 @@ class KTpFL(Algorithm):
     # -- setup -------------------------------------------------------------------------------------------
 
     def setup(self, federation: Federation) -> None:
-        """Check the public data and start ``C`` at ``1/N``."""
+        """Start ``C`` at ``1/N``."""
         import torch
 
-        if len(federation.proxy) == 0:
-            raise ConfigError(NO_PUBLIC_DATA.format(name="KT-pFL"))
         n = federation.num_clients
         self.coefficients = torch.full((n, n), 1.0 / n, dtype=torch.float64)
 

@@ -9,12 +9,13 @@ local epoch of cross-entropy. The paper names no weight decay, so the default is
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lit_fl import steps
 from lit_fl.algorithms.base import Algorithm, RoundResult, nanmean, phase_losses
 from lit_fl.algorithms.registry import register_algorithm
-from lit_fl.choices import SupervisedLoss
+from lit_fl.algorithms.requirements import ALONE, NOTHING_SENT
+from lit_fl.algorithms.settings import UAPDFL_CLIENTS
 from lit_fl.constraints import Fraction
 from lit_fl.steps.optim import SGDConfig
 
@@ -46,27 +47,11 @@ class Local(Algorithm):
 
     sequence_tasks = True  # learns from logits alone: runs on token sequences (lit_fl.data.tokens)
 
-    sends_models = False
-    uses_topology = False
+    requires = (ALONE, NOTHING_SENT)
+    client_defaults = UAPDFL_CLIENTS  # UA-PDFL sec. 4.1 and 5.1.4
 
-    def __init__(
-        self,
-        lr_decay: Fraction = 0.95,
-        local_epochs: int = 1,
-        loss: SupervisedLoss = "ce",
-        lr: float = 0.05,
-        momentum: float = 0.5,
-        weight_decay: float = 0.0,
-        batch_size: int = 50,
-    ) -> None:
-        super().__init__(
-            local_epochs=local_epochs,
-            loss=loss,
-            lr=lr,
-            momentum=momentum,
-            weight_decay=weight_decay,
-            batch_size=batch_size,
-        )
+    def __init__(self, lr_decay: Fraction = 0.95, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         self.lr_decay = float(lr_decay)
 
     def round_lr(self, round_: int) -> float:

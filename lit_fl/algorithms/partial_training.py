@@ -42,8 +42,6 @@ class PartialTraining(DecentralizedFedAvg):
 
     def __init__(self, weighting: Literal["equal", "samples"] = "equal", **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if weighting not in ("equal", "samples"):
-            raise ConfigError(f"algorithm.weighting must be one of equal, samples; got {weighting!r}")
         self.weighting = weighting
 
     def setup(self, federation: Federation) -> None:

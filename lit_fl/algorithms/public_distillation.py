@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from lit_fl.algorithms.base import Algorithm
-from lit_fl.errors import ConfigError
+from lit_fl.algorithms.requirements import PROXY_DATA, SERVER_BASED
 from lit_fl.federation.selection import select_fraction
 
 if TYPE_CHECKING:
@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     from lit_fl.data.batches import ClientBatches
     from lit_fl.federation.state import Federation
 
-NO_PUBLIC_DATA = "{name} needs unlabeled public data: set data.server_fraction > 0"
 #: samples per forward pass when the clients score the public data (memory only: no effect on the values)
 SCORE_BATCH = 256
 
@@ -43,14 +42,10 @@ class PublicDistillation(Algorithm):
 
     Subclasses set ``client_fraction`` and ``public_size`` in their ``__init__``."""
 
-    uses_topology = False  # every sampled client talks to the server
+    requires = (SERVER_BASED, PROXY_DATA)  # every sampled client talks to the server; public data on it
     paper_same_init = False  # each party designs and initialises its own model (FedMD sec. 1; FedORION sec. 4.1)
     client_fraction: float = 1.0
     public_size: int | None = None
-
-    def setup(self, federation: Federation) -> None:
-        if len(federation.proxy) == 0:
-            raise ConfigError(NO_PUBLIC_DATA.format(name=self.name))
 
     def select(self, federation: Federation) -> list[int]:
         """``round(client_fraction * N)`` distinct clients (at least one), sorted (``federation.rng.selection``)."""

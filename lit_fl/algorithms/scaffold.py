@@ -45,9 +45,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from lit_fl import steps
 from lit_fl.algorithms.registry import register_algorithm
+from lit_fl.algorithms.requirements import ONE_ARCHITECTURE
 from lit_fl.algorithms.server import GLOBAL, ServerAlgorithm, model_state
+from lit_fl.algorithms.settings import FEDORION_CLIENTS
 from lit_fl.algorithms.updates import ClientUpdate, average_updates
-from lit_fl.choices import SupervisedLoss
 from lit_fl.constraints import Fraction, PositiveFloat
 from lit_fl.errors import ConfigError
 from lit_fl.federation.ledger import SERVER, Payload
@@ -104,35 +105,26 @@ class SCAFFOLD(ServerAlgorithm):
         control_step: the eta_l that option II divides by: ``effective`` = ``lr / (1 - momentum)``, the step of
             heavy-ball SGD per unit of gradient (default; equals ``lr`` without momentum), or ``lr`` (the literal
             formula, which with momentum 0.9 overestimates ``c_i`` tenfold and diverges on mnist5k).
-        local_epochs: epochs of local steps per round; K = epochs x batches per epoch (FedORION sec. 4.2.1: 10).
-        loss: the clients' supervised loss (``ce``).
-        lr: eta_l, the clients' learning rate, also the eta_l of option II (FedORION sec. 4.1: 0.01).
-        momentum: the clients' SGD momentum, applied to the corrected gradient (FedORION sec. 4.1: 0.9).
-        weight_decay: the clients' SGD weight decay (FedORION names none: 0).
-        batch_size: the clients' batch size (FedORION sec. 4.1: 32).
+        **kwargs: the clients' SGD (:mod:`lit_fl.algorithms.settings`), FedORION's shared setting by default (sec.
+            4.1, 4.2.1): ``local_epochs`` 10 (K = epochs x batches per epoch), ``lr`` 0.01 (eta_l, also option II's),
+            ``momentum`` 0.9 (applied to the corrected gradient), no ``weight_decay``, ``batch_size`` 32.
     """
 
     #: FedORION App. D (Table 3): the server's global model on the test set
     reports = "server_acc/global"
+    client_defaults = FEDORION_CLIENTS
+    requires = (*ServerAlgorithm.requires, ONE_ARCHITECTURE)
 
     def __init__(
         self,
         client_fraction: Fraction = 0.3,
         global_lr: PositiveFloat = 1.0,
         control_step: ControlStep = "effective",
-        local_epochs: int = 10,
-        loss: SupervisedLoss = "ce",
-        lr: float = 0.01,
-        momentum: float = 0.9,
-        weight_decay: float = 0.0,
-        batch_size: int = 32,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(local_epochs=local_epochs, loss=loss, lr=lr, momentum=momentum, weight_decay=weight_decay,
-                         batch_size=batch_size)
+        super().__init__(**kwargs)
         self.client_fraction = client_fraction
         self.global_lr = float(global_lr)
-        if control_step not in ("effective", "lr"):
-            raise ConfigError(f"algorithm.control_step must be one of effective, lr; got {control_step!r}")
         self.control_step: ControlStep = control_step
         #: c, per parameter of the server model
         self.server_control: Tensors = []

@@ -27,8 +27,8 @@ import copy
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from lit_fl.algorithms.base import Algorithm, RoundResult, nanmean, phase_losses
+from lit_fl.algorithms.requirements import SERVER_BASED
 from lit_fl.algorithms.updates import GLOBAL, ClientUpdate, UpdateTransform, apply_transforms
-from lit_fl.errors import ConfigError
 from lit_fl.federation.ledger import SERVER
 from lit_fl.federation.selection import select_fraction
 
@@ -49,19 +49,18 @@ class ServerAlgorithm(Algorithm):
     """Base of the methods with a central server (not registered). Subclasses set ``client_fraction`` in their
     ``__init__`` and override the hooks of the module docstring that their paper changes."""
 
-    uses_topology = False  # every sampled client talks to the server: one link each way
-    #: whether the server averages one architecture (the clients' models must all be of it)
-    homogeneous: ClassVar[bool] = True
+    #: every sampled client talks to the server, one link each way (a subclass adds what else it needs, e.g.
+    #: ``ServerAlgorithm.requires + (ONE_ARCHITECTURE,)``)
+    requires = (SERVER_BASED,)
+    #: the server's model is the clients' (``"global"``): it reports that model (``server_acc/global``)
+    reports: ClassVar[str] = "server_acc/global"
     client_fraction: float = 1.0
 
     # -- setup -------------------------------------------------------------------------------------------
 
     def setup(self, federation: Federation) -> None:
-        """Check the pool (one architecture where :attr:`homogeneous`) and create the server models
-        (:meth:`server_groups`), each from the first client's initialisation of its group."""
-        archs = federation.architectures()
-        if self.homogeneous and len(archs) != 1:
-            raise ConfigError(f"models.pool: {self.name} averages one architecture (homogeneous models), got {archs}")
+        """Create the server models (:meth:`server_groups`), each from the first client's initialisation of its
+        group."""
         for group in self.server_groups(federation):
             if group not in federation.server:
                 first = next(c for c in federation.clients if self.group_of(c) == group)

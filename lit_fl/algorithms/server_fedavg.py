@@ -34,10 +34,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from lit_fl.algorithms.registry import register_algorithm
+from lit_fl.algorithms.requirements import ONE_ARCHITECTURE
 from lit_fl.algorithms.server import GLOBAL, ServerAlgorithm
 from lit_fl.algorithms.server_optimizers import ServerOptimizerName, build_server_optimizer
+from lit_fl.algorithms.settings import FEDORION_CLIENTS
 from lit_fl.algorithms.updates import average_updates
-from lit_fl.choices import SupervisedLoss
 from lit_fl.constraints import Fraction, Momentum, PositiveFloat
 
 if TYPE_CHECKING:
@@ -56,12 +57,6 @@ class ServerFedAvg(ServerAlgorithm):
     Args:
         client_fraction: C, the share of the clients sampled each round, ``m = round(C * K)`` (at least 1).
             FedORION's shared setting: 0.3 (sec. 4.2.1).
-        local_epochs: E, epochs of local SGD per round (FedORION sec. 4.2.1: 10).
-        loss: the clients' supervised loss (``ce``).
-        lr: the clients' learning rate (FedORION sec. 4.1: 0.01).
-        momentum: the clients' SGD momentum (FedORION sec. 4.1: 0.9; the paper's ClientUpdate is plain SGD).
-        weight_decay: the clients' SGD weight decay (FedORION names none: 0).
-        batch_size: B, the clients' batch size (FedORION sec. 4.1: 32).
         server_optimizer: the server's step towards the average (Reddi et al. 2021): ``sgd`` (with ``server_lr 1``
             and ``server_momentum 0``: FedAvg itself, the average; momentum > 0: FedAvgM), ``adam`` (FedAdam),
             ``yogi`` (FedYogi), ``adagrad`` (FedAdagrad).
@@ -69,30 +64,29 @@ class ServerFedAvg(ServerAlgorithm):
         server_momentum: ``sgd``'s momentum (FedAvgM, Hsu et al. 2019; FedAvg: 0).
         server_betas: ``(b1, b2)`` of the adaptive optimizers (Reddi et al.: 0.9, 0.99).
         server_eps: tau of the adaptive optimizers, their adaptivity (Reddi et al.'s grid 1e-1 .. 1e-5: 1e-3).
+        **kwargs: the clients' SGD (:mod:`lit_fl.algorithms.settings`), FedORION's shared setting by default (sec.
+            4.1, 4.2.1): E = ``local_epochs`` 10, ``lr`` 0.01, ``momentum`` 0.9 (the paper's ClientUpdate is plain
+            SGD), no ``weight_decay`` (FedORION names none), B = ``batch_size`` 32, ``loss`` ce.
     """
 
     #: FedORION App. D (Table 3) and DFML App. A.4.1 (Fig. 12): the server's global model on the test set
     reports = "server_acc/global"
+    client_defaults = FEDORION_CLIENTS
+    requires = (*ServerAlgorithm.requires, ONE_ARCHITECTURE)
 
     sequence_tasks = True  # learns from logits alone: runs on token sequences (lit_fl.data.tokens)
 
     def __init__(
         self,
         client_fraction: Fraction = 0.3,
-        local_epochs: int = 10,
-        loss: SupervisedLoss = "ce",
-        lr: float = 0.01,
-        momentum: float = 0.9,
-        weight_decay: float = 0.0,
-        batch_size: int = 32,
         server_optimizer: ServerOptimizerName = "sgd",
         server_lr: PositiveFloat = 1.0,
         server_momentum: Momentum = 0.0,
         server_betas: tuple[Momentum, Momentum] = (0.9, 0.99),
         server_eps: PositiveFloat = 1e-3,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(local_epochs=local_epochs, loss=loss, lr=lr, momentum=momentum, weight_decay=weight_decay,
-                         batch_size=batch_size)
+        super().__init__(**kwargs)
         self.client_fraction = client_fraction
         self.server_optimizer = build_server_optimizer(server_optimizer, server_lr, server_momentum, server_betas,
                                                  server_eps)

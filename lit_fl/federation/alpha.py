@@ -35,8 +35,6 @@ class AlphaSchedule:
 
     def __post_init__(self) -> None:
         check_fields(self, "algorithm.")
-        if self.schedule not in ("cyclic", "fixed"):
-            raise ConfigError(f"algorithm.alpha_schedule must be one of cyclic, fixed; got {self.schedule!r}")
 
     def position(self, round_: int) -> CyclePosition:
         """The cycle, ``tau`` and period of round ``round_`` (rounds count from 1)."""

@@ -39,8 +39,6 @@ class TopologyConfig:
     relay: bool = False
 
     def __post_init__(self) -> None:
-        if self.name not in TOPOLOGIES:
-            raise ConfigError(f"topology.name: {self.name!r} is not allowed; allowed: {', '.join(TOPOLOGIES)}")
         check_fields(self, "topology.")
 
 
