@@ -26,9 +26,18 @@ from lit_fl.configs import ROOT
 SNAPSHOT = Path(__file__).with_name("settings_snapshot.json")
 #: the random sweeps' runs recorded (the grids are walked whole)
 RANDOM_RUNS = 20
-#: the files the round-contract rewrite (issue 36 item 1) replaces, by class: they still re-declare the six and check
-#: a Literal by hand until then
-REDECLARING = {"ServerFedAvg": "server_fedavg.py", "SCAFFOLD": "scaffold.py"}
+#: built-ins allowed to re-declare the six (none: the round contract's rewrite of ServerFedAvg and SCAFFOLD moved them
+#: onto ``client_defaults`` too)
+REDECLARING: dict[str, str] = {}
+#: keys the round contract added after the snapshot (ServerFedAvg's server optimizer slot), at the defaults that are
+#: FedAvg's own step: left out of the comparison with the snapshot (any other value is a change and compared)
+ADDED_KEYS: dict[str, Any] = {"server_optimizer": "sgd", "server_lr": 1.0, "server_momentum": 0.0,
+                              "server_betas": [0.9, 0.99], "server_eps": 1e-3}
+#: the built object's attribute for those keys at those defaults
+ADDED_STATE = {"server_optimizer": {"__type__": "ServerSGD", "lr": 1.0, "momentum": 0.0, "velocity": {}}}
+#: attributes the round contract added to lit-fl objects, at the values that keep the old arithmetic (codistillation's
+#: FedAdam: its second moment starts at 0, as before the slot's Yogi and Adagrad needed a start of their own)
+ADDED_ATTRIBUTES = {("FedAdam", "initial_accumulator"): 0.0}
 
 
 # -- what a config resolves to ---------------------------------------------------------------------------------
@@ -47,13 +56,15 @@ def plain(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if hasattr(value, "__dict__") and type(value).__module__.startswith("lit_fl"):
-        return {"__type__": type(value).__name__,
-                **{k: plain(x) for k, x in vars(value).items() if not k.startswith("_")}}
+        kind = type(value).__name__
+        return {"__type__": kind, **{k: plain(x) for k, x in vars(value).items() if not k.startswith("_")
+                                     and ADDED_ATTRIBUTES.get((kind, k), object()) != x}}
     return repr(value)
 
 
 def state_of(algorithm: Any) -> Any:
-    return {k: plain(v) for k, v in vars(algorithm).items()}
+    state = {k: plain(v) for k, v in vars(algorithm).items()}
+    return {k: v for k, v in state.items() if k not in ADDED_STATE or ADDED_STATE[k] != v}
 
 
 def digest(state: Any) -> str:
@@ -74,8 +85,9 @@ def resolve(argv: list[str]) -> dict[str, Any]:
     parser = _parser()
     cfg = parser.parse_args(resolve_config_files(argv))
     algorithm = parser.instantiate(cfg).algorithm
-    return {"class_path": cfg.algorithm.class_path, "init_args": plain(cfg.algorithm.init_args.as_dict()),
-            "state": digest(state_of(algorithm))}
+    init_args = {k: v for k, v in plain(cfg.algorithm.init_args.as_dict()).items()
+                 if k not in ADDED_KEYS or v != ADDED_KEYS[k]}
+    return {"class_path": cfg.algorithm.class_path, "init_args": init_args, "state": digest(state_of(algorithm))}
 
 
 def shipped_configs() -> list[str]:

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from lit_fl import steps
 from lit_fl.algorithms.registry import register_algorithm
-from lit_fl.algorithms.requirements import PROXY_DATA, SERVER_BASED
+from lit_fl.algorithms.requirements import PROXY_DATA
 from lit_fl.algorithms.server import ServerAlgorithm
 from lit_fl.algorithms.settings import FEDORION_CLIENTS
 from lit_fl.algorithms.updates import average_updates
@@ -87,7 +87,7 @@ class FedDF(ServerAlgorithm):
 
     sequence_tasks = True  # per-token KL to the ensemble on the proxy sequences (PAD inputs masked)
     client_defaults = FEDORION_CLIENTS  # FedORION's shared setting (sec. 4.1, 4.2.1)
-    requires = (SERVER_BASED, PROXY_DATA.when(lambda algo: algo.distill_steps > 0))  # 0 steps: FedAvg per arch
+    requires = (*ServerAlgorithm.requires, PROXY_DATA.when(lambda algo: algo.distill_steps > 0))  # 0: FedAvg per arch
 
     def __init__(
         self,

@@ -45,7 +45,7 @@ from lit_fl import steps
 from lit_fl.algorithms.global_model import fresh_model, smallest_architecture
 from lit_fl.algorithms.ktpfl import tensor_batches
 from lit_fl.algorithms.registry import register_algorithm
-from lit_fl.algorithms.requirements import PROXY_DATA, SERVER_BASED
+from lit_fl.algorithms.requirements import PROXY_DATA
 from lit_fl.algorithms.server import GLOBAL, ServerAlgorithm, model_state
 from lit_fl.algorithms.settings import FEDORION_CLIENTS
 from lit_fl.algorithms.updates import ClientUpdate
@@ -105,7 +105,7 @@ class FedKEMF(ServerAlgorithm):
     reports = "server_acc/global"
 
     paper_same_init = False
-    requires = (SERVER_BASED, PROXY_DATA)  # every sampled client talks to the server; public data on it
+    requires = (*ServerAlgorithm.requires, PROXY_DATA)  # public data on the server
     sequence_tasks = True  # per-token DML on the private data, per-token fusion CE on the public sequences
     client_defaults = FEDORION_CLIENTS  # FedORION's shared setting (sec. 4.1, 4.2.1)
 

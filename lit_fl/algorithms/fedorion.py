@@ -123,7 +123,7 @@ class FedORION(ServerAlgorithm):
 
     paper_same_init = False
     client_defaults = FEDORION_CLIENTS  # sec. 4.1, 4.2.1
-    requires = (SERVER, NO_FAULTS)
+    requires = (*ServerAlgorithm.requires, NO_FAULTS)
 
     def __init__(
         self,

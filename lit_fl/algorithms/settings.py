@@ -7,7 +7,7 @@ A method states its defaults as a class attribute and takes only its own keys (t
 
     class ServerFedAvg(Algorithm):
         client_defaults = FEDORION_CLIENTS          # or ClientSGD(local_epochs=10, lr=0.01, ..., batch_size=32)
-        requires = (SERVER, ONE_ARCHITECTURE)       # what it needs: lit_fl.algorithms.requirements
+        requires = (SERVER_BASED, ONE_ARCHITECTURE)  # what it needs: lit_fl.algorithms.requirements
 
         def __init__(self, client_fraction: Fraction = 0.3, **kwargs: Any) -> None:
             super().__init__(**kwargs)
