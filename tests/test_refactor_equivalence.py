@@ -19,7 +19,8 @@ def test_three_rounds_equal_the_record(path: Path) -> None:
     records = REFERENCE.get(capability())
     if records is None:
         pytest.skip(f"no record for CPU capability {capability()} (recorded: {', '.join(REFERENCE)}); run "
-                    f"tests/equivalence/record.py on main before issue 36 with ATEN_CPU_CAPABILITY={capability()}")
+                    f"ATEN_CPU_CAPABILITY={capability().lower()} python tests/equivalence/record.py on main before "
+                    "issue 36's refactor (the commit that added tests/equivalence/)")
     if path.stem not in records:
         pytest.skip(f"{path.stem}: added after the record, nothing to compare with")
     difference = first_difference(path.stem, records[path.stem], run_config(path))

@@ -174,9 +174,10 @@ def main(argv: list[str]) -> int:
     records = reference.setdefault(capability(), {})
     start = time.perf_counter()
     for stem in argv or list(by_stem):
-        began = time.perf_counter()
+        began, cpu = time.perf_counter(), time.process_time()
         records[stem] = run_config(by_stem[stem])
-        print(f"{capability()} {stem}: {time.perf_counter() - began:.1f} s", flush=True)
+        print(f"{capability()} {stem}: {time.perf_counter() - began:.1f} s ({time.process_time() - cpu:.1f} s CPU)",
+              flush=True)
         reference[capability()] = dict(sorted(records.items()))
         out.write_text(json.dumps(dict(sorted(reference.items())), indent=1) + "\n")  # after each: a crash keeps some
     print(f"{capability()}: {len(argv or by_stem)} configs in {time.perf_counter() - start:.1f} s -> {out}")
