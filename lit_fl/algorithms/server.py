@@ -84,7 +84,8 @@ class ServerAlgorithm(Algorithm):
         self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger
     ) -> RoundResult:
         selected = self.participants(federation)
-        starts = {group: {k: v.detach().clone() for k, v in federation.server[group].state_dict().items()}
+        # the server models' own tensors, not copies: a server model changes only in server_update
+        starts = {group: {k: v.detach() for k, v in federation.server[group].state_dict().items()}
                   for group in {self.group_of(c) for c in selected}}
         works = [self.broadcast(client, starts, federation, ledger) for client in selected]
         losses = phase_losses(runner.run_phase(works))
