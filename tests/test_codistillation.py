@@ -16,9 +16,9 @@ from conftest import TINY_OPTIONS, run_cli, tiny_config, write_config
 from test_resume import assert_runs_equal, load_ckpt
 from torch import Tensor
 
-import lit_fl.algorithms.codistillation as codist
+import lit_fl.algorithms.merged_codist as merged_codist
 from lit_fl.algorithms import MergedCodist, PeriodicCodist
-from lit_fl.algorithms.codistillation import global_norm, merge_updates
+from lit_fl.algorithms.merged_codist import global_norm, merge_updates
 from lit_fl.algorithms.server_optimizers import FedAdam
 from lit_fl.config import DataConfig, ModelsConfig
 from lit_fl.data import load_dataset
@@ -150,8 +150,9 @@ def test_periodic_codist_distills_every_p_rounds_and_resets_fedadam(monkeypatch:
         students[round_] = {pool: copy.deepcopy(m.state_dict()) for pool, m in out.items()}
         return out, loss
 
-    def server_update(self: PeriodicCodist, round_: int, fed: Any, *args: Any) -> Any:
-        extra = original_update(self, round_, fed, *args)
+    def server_update(self: PeriodicCodist, updates: Any, fed: Any, runner: Any) -> Any:
+        extra = original_update(self, updates, fed, runner)
+        round_ = self.current_round
         after[round_] = {pool: (opt.steps, bool(opt.exp_avg)) for pool, opt in self.optimizers.items()}
         for pool in students.get(round_, {}):  # the students replaced the server models
             for key, value in fed.server[pool].state_dict().items():
@@ -171,18 +172,44 @@ def test_periodic_codist_distills_every_p_rounds_and_resets_fedadam(monkeypatch:
     assert all(("large" in c.extras) == (c.id in (1, 3)) for c in fed.clients)
 
 
+# -- the round: pool members on the server round contract ----------------------------------------------
+
+
+def test_a_client_sampled_by_both_pools_trains_and_uploads_both_of_its_models(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every client sampled: the high-capacity clients 1 and 3 take part twice, once per pool, each time with that
+    pool's model, and each upload joins its own pool's aggregate with the client's sample count as weight."""
+    seen: list[tuple[int, str, float, dict[str, Tensor]]] = []
+    original = MergedCodist.pseudo_gradients
+
+    def pseudo_gradients(self: MergedCodist, updates: Any, fed: Any) -> Any:
+        seen.extend((u.client, u.group, u.weight, {k: v.clone() for k, v in u.values.items()}) for u in updates)
+        return original(self, updates, fed)
+
+    monkeypatch.setattr(MergedCodist, "pseudo_gradients", pseudo_gradients)
+    fed = run(MergedCodist(**{**TINY_ARGS, "clients_per_round": 4, "merge_alpha": 1.0}), rounds=1)
+    assert [(cid, pool) for cid, pool, _, _ in seen] == [
+        (0, "small"), (1, "small"), (2, "small"), (3, "small"), (1, "large"), (3, "large")]
+    for cid, pool, weight, values in seen:
+        client = fed.clients[cid]
+        model = client.model if pool == "small" else client.extras["large"]  # what it trained and still holds
+        assert weight == client.num_train
+        assert values.keys() == model.state_dict().keys()
+        assert all(torch.equal(values[k], v) for k, v in model.state_dict().items()), (cid, pool)
+
+
 # -- MergedCodist -----------------------------------------------------------------------------------------
 
 
 def spy_updates(monkeypatch: pytest.MonkeyPatch) -> tuple[list, list, list]:
     """Record the pseudo-gradients g per pool, every merge and every update FedAdam receives."""
     grads, merges, fed_to_adam = [], [], []
-    original_upload, original_merge, original_step = MergedCodist.upload, codist.merge_updates, FedAdam.step
+    original_grads, original_merge = MergedCodist.pseudo_gradients, merged_codist.merge_updates
+    original_step = FedAdam.step
 
-    def upload(self: MergedCodist, pool: str, *args: Any) -> Any:
-        g = original_upload(self, pool, *args)
-        grads.append((pool, {k: v.clone() for k, v in g.items()}))
-        return g
+    def pseudo_gradients(self: MergedCodist, *args: Any) -> Any:
+        out = original_grads(self, *args)
+        grads.extend((pool, {k: v.clone() for k, v in g.items()}) for pool, g in out.items() if g is not None)
+        return out
 
     def merge(g: Any, delta: Any, alpha: float) -> Any:
         out = original_merge(g, delta, alpha)
@@ -193,8 +220,8 @@ def spy_updates(monkeypatch: pytest.MonkeyPatch) -> tuple[list, list, list]:
         fed_to_adam.append({k: v.clone() for k, v in update.items()})
         original_step(self, model, update, lr)
 
-    monkeypatch.setattr(MergedCodist, "upload", upload)
-    monkeypatch.setattr(codist, "merge_updates", merge)
+    monkeypatch.setattr(MergedCodist, "pseudo_gradients", pseudo_gradients)
+    monkeypatch.setattr(merged_codist, "merge_updates", merge)
     monkeypatch.setattr(FedAdam, "step", step)
     return grads, merges, fed_to_adam
 

@@ -6,7 +6,6 @@ inside the methods that run a round (type hints import them under ``TYPE_CHECKIN
 """
 
 from lit_fl.algorithms.base import Algorithm, RoundResult
-from lit_fl.algorithms.codistillation import MergedCodist, PeriodicCodist
 from lit_fl.algorithms.criticalfl import CriticalFL
 from lit_fl.algorithms.decentralized import DecentralizedAlgorithm
 from lit_fl.algorithms.defkt import DefKT
@@ -27,7 +26,9 @@ from lit_fl.algorithms.fml import DecentralizedFML
 from lit_fl.algorithms.fullavg_combo import Combo, FullAvg
 from lit_fl.algorithms.ktpfl import KTpFL
 from lit_fl.algorithms.local import Local
+from lit_fl.algorithms.merged_codist import MergedCodist
 from lit_fl.algorithms.partial_training import FederatedDropout, FedRolex, HeteroFL
+from lit_fl.algorithms.periodic_codist import PeriodicCodist
 from lit_fl.algorithms.scaffold import SCAFFOLD
 from lit_fl.algorithms.server_fedavg import ServerFedAvg
 from lit_fl.algorithms.server_fedprox import ServerFedProx

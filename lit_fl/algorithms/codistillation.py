@@ -39,46 +39,46 @@ distillation phase; one temperature for both teachers; ``decay_rounds`` switches
 horizontal/vertical flips and mixup (Beta(2, 2)) on the distillation data (C.1). A pool none of whose
 sampled clients returned an update (faults) skips its server step that round. MergedCodist with
 ``merge_alpha = 1`` is FedAvg on both pools and skips the distillation (paper sec. 4).
+
+The round is :class:`~lit_fl.algorithms.server.ServerAlgorithm`'s with one group per pool
+(:mod:`~lit_fl.algorithms.codist_round`): the participants are the pools' sampled members, a client sampled by both
+pools trains both models in the round's one client phase; the server update is the subclass's
+(:mod:`~lit_fl.algorithms.periodic_codist`, :mod:`~lit_fl.algorithms.merged_codist`).
 """
 
 from __future__ import annotations
 
 import copy
-import math
-from abc import abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
-from itertools import islice
 from typing import TYPE_CHECKING, Annotated, Any
 
-import numpy as np
-
-from lit_fl import steps
-from lit_fl.algorithms.base import Algorithm, RoundResult, nanmean, phase_losses
-from lit_fl.algorithms.registry import register_algorithm
+from lit_fl.algorithms.codist_pools import (
+    LARGE,
+    POOLS,
+    SMALL,
+    check_pool_domains,
+    large_server_model,
+    resolve_large_clients,
+)
+from lit_fl.algorithms.codist_round import CodistRound
 from lit_fl.algorithms.requirements import HELD_OUT_DATA, SERVER_BASED
 from lit_fl.algorithms.server_optimizers import FedAdam
 from lit_fl.algorithms.settings import ClientSGD
 from lit_fl.constraints import Bounds, PositiveFloat, PositiveInt, UnitInterval
 from lit_fl.errors import ConfigError
-from lit_fl.models import create_model
 
 if TYPE_CHECKING:
-    import torch
-    from torch import Tensor, nn
+    from torch import Tensor
 
     from lit_fl.data.dataset import ImageDataset
-    from lit_fl.federation.ledger import CommunicationLedger
     from lit_fl.federation.state import Client, Federation
-    from lit_fl.steps.phase import ClientWork
-    from lit_fl.steps.runner import StepRunner
+
+__all__ = ["LARGE", "POOLS", "SMALL", "Codistillation"]
 
 #: ``decay_rounds``: at least one round, or None for a constant rate
 DecayRounds = Annotated[int, Bounds(1, note="(or null for a constant rate)")]
-SMALL, LARGE = "small", "large"
-POOLS = (SMALL, LARGE)
 
 
-class Codistillation(Algorithm):
+class Codistillation(CodistRound):
     """Base of :class:`PeriodicCodist` and :class:`MergedCodist`: the two FedAvg pools, FedAdam and the
     server distillation; subclasses decide how the distillation meets the FedAvg updates.
 
@@ -115,8 +115,8 @@ class Codistillation(Algorithm):
     #: codistillation sec. 3 (Tables 1-2) reports both server models; the large one, the capacity the method
     #: exists to use (sec. 1), is reported_acc (server_acc/small beside it)
     reports = "server_acc/large"
-
-    requires = (SERVER_BASED, HELD_OUT_DATA)  # every sampled client talks to the server, which distils on held-out data
+    #: every sampled client talks to the server, which distils on held-out data of the clients' own train split
+    requires = (SERVER_BASED, HELD_OUT_DATA)
     sequence_tasks = True  # the paper's StackOverflow half: LSTM language models (App. E)
     client_defaults = ClientSGD(local_epochs=1, lr=0.01, momentum=0.0, weight_decay=0.0, batch_size=20)  # paper C.3
 
@@ -185,14 +185,13 @@ class Codistillation(Algorithm):
         #: pool -> client id -> the client's train indices in the pool's domain (pools of ``pool_domains`` only)
         self.pool_idx: dict[str, dict[int, Tensor]] = {}
         self.buffers: dict[str, dict[str, Tensor]] = {}  # the round's averaged buffers, until applied
+        self.members: dict[str, dict[int, Client]] = {}
 
     # -- setup -------------------------------------------------------------------------------------------
 
     def setup(self, federation: Federation) -> None:
-        """Check the pool, pick ``P_H``, create both server models and the clients' large models (a resumed run loads
-        their weights afterwards)."""
-        import torch
-
+        """Pick ``P_H``, create both server models, the clients' large models (a resumed run loads their weights
+        afterwards) and each pool's members."""
         other = sorted({c.arch for c in federation.clients} - {self.small_arch})
         if other:
             raise ConfigError(
@@ -202,195 +201,16 @@ class Codistillation(Algorithm):
         large_ids = resolve_large_clients(self.large_clients, federation.num_clients, federation.seed)
         self.pool_ids = {SMALL: [c.id for c in federation.clients], LARGE: large_ids}
         self.restrict_pools(federation)
-        large_ids = self.pool_ids[LARGE]
-        first = federation.clients[0].model
         if SMALL not in federation.server:  # the clients' common initialisation
-            federation.server[SMALL] = copy.deepcopy(first)
+            federation.server[SMALL] = copy.deepcopy(federation.clients[0].model)
         if LARGE not in federation.server:
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(federation.seed * 1_000 + 998)
-                large = create_model(self.large_arch, federation.data.input_shape, federation.num_classes)
-            param = next(first.parameters())
-            federation.server[LARGE] = large.to(param.device, memory_format=_memory_format(first))
-        for n in large_ids:
+            federation.server[LARGE] = large_server_model(self.large_arch, federation)
+        for n in self.pool_ids[LARGE]:
             client = federation.clients[n]
             if LARGE not in client.extras:
                 client.extras[LARGE] = copy.deepcopy(federation.server[LARGE])
-
-    def restrict_pools(self, federation: Federation) -> None:
-        """Each pool of ``pool_domains``: its clients' train indices in the pool's domain; a client without any
-        leaves the pool (one line when none is left)."""
-        self.pool_idx = {}
-        for pool, domain in self.pool_domains.items():
-            key = f"algorithm.pool_domains.{pool}"
-            subsets = {n: federation.data.domains.train_subset(federation.clients[n].train_idx, domain, key)
-                       for n in self.pool_ids[pool]}
-            self.pool_idx[pool] = {n: idx for n, idx in subsets.items() if len(idx) > 0}
-            self.pool_ids[pool] = sorted(self.pool_idx[pool])
-            if not self.pool_ids[pool]:
-                raise ConfigError(f"{key}: no client of the {pool} pool has a train sample of domain {domain!r}; "
-                                  "give the pool more clients (data.num_clients, algorithm.large_clients)")
-
-    def train_idx(self, pool: str, client: Client) -> Tensor:
-        """What ``client`` trains on in ``pool``: its train split, or its part of it in the pool's domain."""
-        if pool in self.pool_idx:
-            return self.pool_idx[pool][client.id]
-        return client.train_idx
-
-    # -- a round -----------------------------------------------------------------------------------------
-
-    def run_round(
-        self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger
-    ) -> RoundResult:
-        self.buffers = {}
-        downloads: dict[str, list[tuple[Client, nn.Module]]] = {}
-        taking_part: set[int] = set()
-        for pool in POOLS:
-            members = self.pool_ids[pool]
-            count = min(self.clients_per_round, len(members))
-            chosen = sorted(int(n) for n in federation.rng.selection.choice(members, size=count, replace=False))
-            taking_part.update(chosen)
-            downloads[pool] = self.download(pool, chosen, federation, ledger)
-        works = [self.pool_work(pool, model, client, federation) for pool in POOLS
-                 for client, model in downloads[pool]]
-        losses = phase_losses(runner.run_phase(works))  # both pools' clients train in one phase
-        grads = {pool: self.upload(pool, downloads[pool], federation, ledger) for pool in POOLS}
-        extra = self.server_update(round_, federation, runner, grads)
-        return RoundResult(
-            senders=tuple(sorted(taking_part)),
-            alpha=self.round_alpha(),
-            train_loss=nanmean(losses),
-            num_participants=len(taking_part),
-            extra=extra,
-        )
-
-    def download(
-        self, pool: str, chosen: Sequence[int], federation: Federation, ledger: CommunicationLedger
-    ) -> list[tuple[Client, nn.Module]]:
-        """Clients ``chosen`` download the pool's server model into their copy of it; returns who got it, with the
-        copy (a lost download: the client sits the round out)."""
-        server = federation.server[pool]
-        start = server.state_dict()
-        downloaded = []
-        for n in chosen:
-            client = federation.clients[n]
-            if not ledger.give_back(-1, n, server):
-                continue
-            ledger.reaches(n, -1)  # whether its upload will go through, drawn in the order of a download-train-upload
-            model = pool_model(client, pool)
-            steps.load_weights(model, start)
-            downloaded.append((client, model))
-        return downloaded
-
-    def upload(
-        self, pool: str, downloaded: list[tuple[Client, nn.Module]], federation: Federation, ledger: CommunicationLedger
-    ) -> dict[str, Tensor] | None:
-        """The trained copies go back to the server; returns the pseudo-gradient per parameter (None when no update
-        arrived). The clients' average of the floating buffers (BatchNorm statistics) is kept for :meth:`apply`,
-        which sets the server's buffers to it."""
-        import torch
-
-        server = federation.server[pool]
-        states, weights = [], []
-        for client, model in downloaded:
-            if not ledger.send(client.id, -1, model):  # it fails before uploading and keeps its local model
-                continue
-            num_train = len(self.train_idx(pool, client))
-            if num_train > 0:
-                states.append(model.state_dict())
-                weights.append(num_train)
-        if not states:
-            return None
-        average = steps.weighted_average(states, weights)
-        self.buffers[pool] = {n: average[n] for n, b in server.named_buffers() if torch.is_floating_point(b)}
-        return {name: p.detach() - average[name] for name, p in server.named_parameters()}
-
-    def pool_work(self, pool: str, model: nn.Module, client: Client, federation: Federation) -> ClientWork | None:
-        """``local_epochs`` of SGD of the client's copy ``model`` of ``pool``'s server model on what it trains on in
-        that pool (:meth:`train_idx`)."""
-        from lit_fl.data.partition import class_proportions
-        from lit_fl.steps.phase import ClientWork
-
-        idx = self.train_idx(pool, client)
-        if self.local_epochs == 0 or len(idx) == 0:
-            return None
-        proportions = client.class_proportions
-        if pool in self.pool_idx:
-            proportions = class_proportions(federation.data.train_y[idx.to(federation.data.train_y.device)],
-                                            federation.num_classes)
-        step = steps.LocalTraining(model, proportions, self.loss, self.optimizer)
-        return ClientWork(client.id, step, self.batches(federation, idx, self.local_epochs))
-
-    @abstractmethod
-    def server_update(
-        self, round_: int, federation: Federation, runner: StepRunner, grads: Mapping[str, dict[str, Tensor] | None]
-    ) -> dict[str, float]:
-        """Update the server models from the pools' pseudo-gradients; returns the round's extra metrics
-        (the same keys every round)."""
-
-    def round_alpha(self) -> float:
-        return float("nan")
-
-    # -- server side -------------------------------------------------------------------------------------
-
-    def lr_scale(self, round_: int) -> float:
-        """Linear decay to zero over ``decay_rounds`` (1 at round 1), or 1."""
-        if self.decay_rounds is None:
-            return 1.0
-        return max(0.0, 1.0 - (round_ - 1) / self.decay_rounds)
-
-    def apply(self, pool: str, update: Mapping[str, Tensor], federation: Federation, round_: int) -> None:
-        """One FedAdam step of the pool's server model along ``update``; its floating buffers become the
-        clients' average of the round (no Adam step for statistics)."""
-        import torch
-
-        server = federation.server[pool]
-        self.optimizers[pool].step(server, update, self.server_lrs[pool] * self.lr_scale(round_))
-        averages = self.buffers.pop(pool, {})
-        with torch.no_grad():
-            for name, buffer in server.named_buffers():
-                if name in averages:
-                    buffer.copy_(averages[name])
-
-    def distill(self, federation: Federation, runner: StepRunner, round_: int) -> tuple[dict[str, nn.Module], float]:
-        """Codistillation from the current server models: returns the trained students (copies; the server
-        models are untouched) and the mean distillation loss per student and batch."""
-        snapshots = [copy.deepcopy(federation.server[pool]) for pool in POOLS]
-        students = [copy.deepcopy(federation.server[pool]) for pool in POOLS]
-        scale = self.lr_scale(round_)
-        step = steps.ServerCodistillation(
-            students,
-            snapshots,
-            [self.distill_lrs[pool] * scale for pool in POOLS],
-            temperature=self.temperature,
-            student_reg=self.student_reg,
-        )
-        loss = runner.train(step, self.distill_batches(federation)) / len(POOLS)
-        return dict(zip(POOLS, students)), loss
-
-    def distill_batches(self, federation: Federation) -> Iterator[tuple[Tensor, Tensor]]:
-        """``distill_steps`` shuffled batches of the distillation set (the held-out slice, or ``data.proxy.size``
-        samples of it; epochs repeat as needed). The labels are carried along but never used."""
-        from lit_fl.data.batches import ClientBatches
-
-        data, idx = federation.data, federation.proxy_idx
-        assert idx is not None  # setup refuses another dataset's proxy
-        per_epoch = -(-len(idx) // self.distill_batch_size)
-        batches = ClientBatches(
-            data.train_x,
-            data.train_y,
-            idx,
-            self.distill_batch_size,
-            federation.rng.data_order,
-            epochs=-(-self.distill_steps // per_epoch),
-            augment=data.augment,
-            black=data.black,
-        )
-        out = islice(iter(batches), self.distill_steps)
-        if self.distill_augment:
-            seed = int(federation.rng.algorithm.integers(2**62))
-            return _flip_and_mixup(out, seed)
-        return out
+        self.members = {pool: {n: self.member(pool, federation.clients[n], federation) for n in self.pool_ids[pool]}
+                        for pool in POOLS}
 
     # -- state -------------------------------------------------------------------------------------------
 
@@ -408,160 +228,3 @@ class Codistillation(Algorithm):
             )
         for pool, opt in self.optimizers.items():
             opt.load_state_dict(state["fedadam"][pool])
-
-
-@register_algorithm
-class PeriodicCodist(Codistillation):
-    """PeriodicCodist (paper Algorithm 1): FedAvg/FedAdam on both pools every round; after every ``period``-th
-    round, ``distill_steps`` of codistillation both ways from snapshots, the students replace the server
-    models and (``reset_moments``) both FedAdam states start afresh (paper C.4).
-
-    Args:
-        period: ``p``, rounds between codistillation phases (paper: 200).
-        distill_steps: ``s`` (paper: 200).
-        reset_moments: reset the FedAdam moments and step counts after distilling (paper: yes).
-        **kwargs: see :class:`Codistillation`.
-    """
-
-    def __init__(
-        self, period: PositiveInt = 200, distill_steps: PositiveInt = 200, reset_moments: bool = True, **kwargs: Any
-    ) -> None:
-        super().__init__(distill_steps=distill_steps, **kwargs)
-        self.period = period
-        self.reset_moments = reset_moments
-
-    def server_update(
-        self, round_: int, federation: Federation, runner: StepRunner, grads: Mapping[str, dict[str, Tensor] | None]
-    ) -> dict[str, float]:
-        for pool in POOLS:
-            if grads[pool] is not None:
-                self.apply(pool, grads[pool], federation, round_)
-        if round_ % self.period != 0:
-            return {"distilled": 0.0, "distill_loss": float("nan")}
-        students, loss = self.distill(federation, runner, round_)
-        for pool in POOLS:
-            federation.server[pool].load_state_dict(students[pool].state_dict())
-            if self.reset_moments:
-                self.optimizers[pool].reset()
-        return {"distilled": 1.0, "distill_loss": loss}
-
-
-@register_algorithm
-class MergedCodist(Codistillation):
-    """MergedCodist (paper Algorithm 2): every round, codistillation from the round's starting server models
-    gives ``delta = W_start - W_student`` per model; FedAdam gets
-    ``alpha * g + (1 - alpha) * delta * ||g|| / ||delta||`` (Eq. 2). ``merge_alpha = 1`` is FedAvg (the
-    distillation is skipped); a ``delta`` of norm 0 contributes nothing.
-
-    Args:
-        merge_alpha: ``alpha`` in [0, 1] (paper F: tuned in (0.05, 0.95)).
-        distill_steps: ``s`` per round (paper: 32).
-        **kwargs: see :class:`Codistillation`.
-    """
-
-    def __init__(self, merge_alpha: UnitInterval = 0.5, distill_steps: PositiveInt = 32, **kwargs: Any) -> None:
-        super().__init__(distill_steps=distill_steps, **kwargs)
-        self.merge_alpha = float(merge_alpha)
-
-    def round_alpha(self) -> float:
-        return self.merge_alpha
-
-    def server_update(
-        self, round_: int, federation: Federation, runner: StepRunner, grads: Mapping[str, dict[str, Tensor] | None]
-    ) -> dict[str, float]:
-        import torch
-
-        if self.merge_alpha == 1.0:
-            students, loss = {}, float("nan")
-        else:
-            students, loss = self.distill(federation, runner, round_)
-        for pool in POOLS:
-            g = grads[pool]
-            if g is None:
-                continue
-            update = g
-            if students:
-                student = dict(students[pool].named_parameters())
-                with torch.no_grad():
-                    delta = {n: p.detach() - student[n].detach() for n, p in federation.server[pool].named_parameters()}
-                update = merge_updates(g, delta, self.merge_alpha)
-            self.apply(pool, update, federation, round_)
-        return {"distilled": 0.0 if not students else 1.0, "distill_loss": loss}
-
-
-# -- helpers ---------------------------------------------------------------------------------------------
-
-
-def merge_updates(g: Mapping[str, Tensor], delta: Mapping[str, Tensor], alpha: float) -> dict[str, Tensor]:
-    """Eq. 2: ``alpha * g + (1 - alpha) * delta * ||g|| / ||delta||`` with L2 norms over all entries
-    (``g`` itself for ``alpha = 1``; ``delta`` contributes nothing when its norm is 0)."""
-    if alpha == 1.0:
-        return dict(g)
-    g_norm, d_norm = global_norm(g), global_norm(delta)
-    scale = g_norm / d_norm if d_norm > 0 else 0.0
-    return {name: alpha * g[name] + ((1.0 - alpha) * scale) * delta[name] for name in g}
-
-
-def global_norm(tensors: Mapping[str, Tensor]) -> float:
-    """L2 norm of all entries together, accumulated in float64."""
-    return math.sqrt(sum(float(t.detach().double().pow(2).sum()) for t in tensors.values()))
-
-
-def check_pool_domains(pool_domains: Mapping[str, str] | None) -> dict[str, str]:
-    """``pool_domains`` as a dict (empty for None); one line for a key that is not a pool."""
-    out = dict(pool_domains or {})
-    for pool, domain in out.items():
-        if pool not in POOLS:
-            raise ConfigError(f"algorithm.pool_domains: {pool!r} is not a pool; allowed: {', '.join(POOLS)}")
-        if not isinstance(domain, str):
-            raise ConfigError(f"algorithm.pool_domains.{pool}: {domain!r} is not a domain name; allowed: a domain of "
-                              "the data (stackoverflow: question, answer)")
-    return out
-
-
-def resolve_large_clients(spec: float | Sequence[int], num_clients: int, seed: int) -> list[int]:
-    """The high-capacity client ids: ``round(f * N)`` (at least 1) drawn once from ``seed``, or a list."""
-    if isinstance(spec, (int, float)) and not isinstance(spec, bool):
-        count = max(1, min(num_clients, int(math.floor(spec * num_clients + 0.5))))
-        rng = np.random.default_rng([seed, 7])
-        return sorted(int(n) for n in rng.choice(num_clients, size=count, replace=False))
-    ids = [int(n) for n in spec]
-    bad = [n for n in ids if not 0 <= n < num_clients]
-    if bad:
-        raise ConfigError(f"algorithm.large_clients: {bad} are not client ids (allowed: 0..{num_clients - 1})")
-    if len(set(ids)) != len(ids):
-        raise ConfigError(f"algorithm.large_clients: repeated client ids in {ids}")
-    return sorted(ids)
-
-
-def pool_model(client: Client, pool: str) -> nn.Module:
-    return client.model if pool == SMALL else client.extras[LARGE]
-
-
-def _flip_and_mixup(batches: Iterator[tuple[Tensor, Tensor]], seed: int) -> Iterator[tuple[Tensor, Tensor]]:
-    """Paper C.1 on distillation data: random horizontal and vertical flips per sample, then mixup with
-    ``lambda ~ Beta(2, 2)`` per batch. Draws on CPU from ``seed`` (identical on every device)."""
-    import torch
-
-    g = torch.Generator().manual_seed(seed)
-    for x, y in batches:
-        n = len(x)
-        h = (torch.rand(n, generator=g) < 0.5).to(x.device).view(-1, 1, 1, 1)
-        v = (torch.rand(n, generator=g) < 0.5).to(x.device).view(-1, 1, 1, 1)
-        x = torch.where(h, x.flip(3), x)
-        x = torch.where(v, x.flip(2), x)
-        # Beta(2, 2) from the same generator: the 2nd-smallest of 3 uniforms follows Beta(2, 2)
-        lam = float(torch.rand(3, generator=g).sort().values[1])
-        perm = torch.randperm(n, generator=g).to(x.device)
-        yield lam * x + (1.0 - lam) * x[perm], y
-
-
-def _memory_format(model: nn.Module) -> torch.memory_format:
-    """The layout of the federation's models (channels-last when their 4-D weights are)."""
-    import torch
-
-    for p in model.parameters():
-        if p.dim() == 4:
-            channels_last = p.is_contiguous(memory_format=torch.channels_last)
-            return torch.channels_last if channels_last else torch.contiguous_format
-    return torch.contiguous_format

@@ -51,7 +51,7 @@ from lit_fl.algorithms.settings import FEDORION_CLIENTS
 from lit_fl.algorithms.updates import ClientUpdate
 from lit_fl.constraints import BatchStatisticsSize, Fraction, NonNegativeFloat, NonNegativeInt, PositiveFloat
 from lit_fl.errors import ConfigError
-from lit_fl.federation.ledger import SERVER
+from lit_fl.federation.endpoints import SERVER
 from lit_fl.steps.optim import SGDConfig
 
 if TYPE_CHECKING:

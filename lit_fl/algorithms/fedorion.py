@@ -56,7 +56,7 @@ from lit_fl.constraints import (
     PositiveInt,
 )
 from lit_fl.errors import ConfigError
-from lit_fl.federation.ledger import SERVER
+from lit_fl.federation.endpoints import SERVER
 from lit_fl.steps.optim import SGDConfig
 
 if TYPE_CHECKING:

@@ -51,7 +51,7 @@ from lit_fl.algorithms.settings import FEDORION_CLIENTS
 from lit_fl.algorithms.updates import ClientUpdate, average_updates
 from lit_fl.constraints import Fraction, PositiveFloat
 from lit_fl.errors import ConfigError
-from lit_fl.federation.ledger import SERVER, Payload
+from lit_fl.federation.endpoints import SERVER
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -167,6 +167,8 @@ class SCAFFOLD(ServerAlgorithm):
     def broadcast(self, client: Client, starts: dict[str, dict[str, Any]], federation: Federation,
                   ledger: CommunicationLedger) -> ClientWork | None:
         """Line 5: ``(x, c)`` to the client (both must arrive); line 6: ``y_i <- x``; lines 7-10: its local steps."""
+        from lit_fl.federation.ledger import Payload
+
         got_model = ledger.give_back(SERVER, client.id, federation.server[GLOBAL])
         got_control = ledger.give_back(SERVER, client.id, Payload(self.server_control))
         if not (got_model and got_control):
@@ -178,6 +180,8 @@ class SCAFFOLD(ServerAlgorithm):
                 ledger: CommunicationLedger) -> ClientUpdate | None:
         """Line 12: option II's ``c_i+``; line 13: ``(Delta y_i, Delta c_i)`` to the server (the model carries
         ``y_i``, the server subtracts ``x``); line 14: ``c_i <- c_i+`` once they left."""
+        from lit_fl.federation.ledger import Payload
+
         x = [p.detach() for p in federation.server[GLOBAL].parameters()]
         y = [p.detach() for p in client.model.parameters()]
         c_i = self.client_control(client.id)

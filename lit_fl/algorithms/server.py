@@ -7,6 +7,9 @@ paper adds). Every server method's round is
 :meth:`ServerAlgorithm.run_round` runs it; a method overrides only the hooks its paper changes:
 
 * :meth:`~ServerAlgorithm.select`: the round's cohort (``client_fraction`` of the clients, FedAvg's ``S_t``);
+* :meth:`~ServerAlgorithm.participants`: the round's participants, one :class:`~lit_fl.federation.state.Client`
+  each (default: the clients of :meth:`select`); a method whose clients train models of several groups in one round
+  presents a client once per model (knowledge codistillation's pools);
 * :meth:`~ServerAlgorithm.broadcast`: what the server sends client ``k`` through the ledger and the work ``k`` then
   does (default: the server model of the client's group, loaded into the client, then :meth:`local_work`);
 * :meth:`~ServerAlgorithm.collect`: what ``k`` sends back, as a :class:`~lit_fl.algorithms.updates.ClientUpdate`
@@ -29,7 +32,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from lit_fl.algorithms.base import Algorithm, RoundResult, nanmean, phase_losses
 from lit_fl.algorithms.requirements import SERVER_BASED
 from lit_fl.algorithms.updates import GLOBAL, ClientUpdate, UpdateTransform, apply_transforms
-from lit_fl.federation.ledger import SERVER
+from lit_fl.federation.endpoints import SERVER
 from lit_fl.federation.selection import select_fraction
 
 if TYPE_CHECKING:
@@ -79,8 +82,9 @@ class ServerAlgorithm(Algorithm):
     def run_round(
         self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger
     ) -> RoundResult:
-        selected = [federation.clients[cid] for cid in self.select(federation)]
-        starts = {group: {k: v.detach().clone() for k, v in federation.server[group].state_dict().items()}
+        selected = self.participants(federation)
+        # the server models' own tensors, not copies: a server model changes only in server_update
+        starts = {group: {k: v.detach() for k, v in federation.server[group].state_dict().items()}
                   for group in {self.group_of(c) for c in selected}}
         works = [self.broadcast(client, starts, federation, ledger) for client in selected]
         losses = phase_losses(runner.run_phase(works))
@@ -93,6 +97,15 @@ class ServerAlgorithm(Algorithm):
     def select(self, federation: Federation) -> list[int]:
         """``round(client_fraction * N)`` distinct clients (at least one), sorted (``federation.rng.selection``)."""
         return select_fraction(federation, self.client_fraction)
+
+    def participants(self, federation: Federation) -> list[Client]:
+        """The round's participants, in the order they are broadcast to, trained and collected: the clients of
+        :meth:`select`. A method whose clients train models of several groups in one round returns one
+        :class:`~lit_fl.federation.state.Client` per model instead: with the client's id (the ledger's endpoint),
+        over that model and the samples it trains on, so :meth:`group_of` tells its group; training it trains the
+        client's model (knowledge codistillation's pool members,
+        :meth:`~lit_fl.algorithms.codist_round.CodistRound.member`)."""
+        return [federation.clients[cid] for cid in self.select(federation)]
 
     def broadcast(self, client: Client, starts: dict[str, dict[str, Any]], federation: Federation,
                   ledger: CommunicationLedger) -> ClientWork | None:

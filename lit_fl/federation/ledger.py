@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 from weakref import WeakKeyDictionary
 
 from torch import Tensor, nn
 
+from lit_fl.federation.endpoints import SERVER
 from lit_fl.federation.faults import FaultsConfig
 
 if TYPE_CHECKING:
@@ -20,9 +21,6 @@ if TYPE_CHECKING:
     from lit_fl.federation.topology import Topology
 
 MB = 1024 * 1024
-#: The server's endpoint in the ledger (a transfer to or from a server method's server): not a client id, never a
-#: topology node, one link away from every client.
-SERVER: Final[int] = -1
 
 _MEGABYTES: WeakKeyDictionary[nn.Module, float] = WeakKeyDictionary()
 
