@@ -15,6 +15,11 @@ the list to :meth:`StepRunner.run_phase <lit_fl.steps.runner.StepRunner.run_phas
 4. broadcasts every work's step (its models) from the process that ran it, and every work's values;
 5. returns one :class:`WorkResult` per work: the mean batch loss (NaN for None), the same on every process.
 
+A phase of value works computes without training: :class:`~lit_fl.steps.predict.PredictWork` (the eval-mode outputs
+of a client's model: the logits its method sends) and :class:`~lit_fl.steps.gradient.GradientWork` (the gradient of a
+loss on one batch); they are placed, fused per architecture and broadcast alike, and each result's ``value`` holds
+what the work computed (:mod:`lit_fl.steps.predict`).
+
 A step takes part in fusion by defining ``fusion_key()`` (None: never fuses) and the classmethod ``batched``; the
 built-in client steps (:class:`~lit_fl.steps.LocalTraining`, :class:`~lit_fl.steps.AuxProximalTraining`,
 :class:`~lit_fl.steps.DeepMutualLearning`) do. A step of your own without them runs one client at a time, still
@@ -26,7 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import lightning as L
 
@@ -34,6 +39,7 @@ from lit_fl.data.batches import ClientBatches, PlannedBatch, StackedBatches
 from lit_fl.steps.runner import phase_loss
 
 if TYPE_CHECKING:
+    from lit_fl.steps.predict import ValueWork
     from lit_fl.steps.runner import StepRunner
 
 
@@ -49,13 +55,24 @@ class ClientWork:
 
 @dataclass(frozen=True)
 class WorkResult:
-    """What a work reports: its mean batch loss (NaN where the client had no work)."""
+    """What a work reports: its mean batch loss (NaN where the client had no work or the work trains nothing), and
+    the value a value work computed (:class:`~lit_fl.steps.predict.PredictWork`'s outputs; None otherwise)."""
 
     loss: float = math.nan
+    value: Any = None
 
 
-def run_phase(runner: StepRunner, works: Sequence[ClientWork | None]) -> list[WorkResult]:
-    """Run a client phase (see the module docstring); one :class:`WorkResult` per entry of ``works``."""
+def run_phase(runner: StepRunner, works: Sequence[ClientWork | ValueWork | None]) -> list[WorkResult]:
+    """Run a client phase (see the module docstring); one :class:`WorkResult` per entry of ``works``. A phase of
+    value works (:class:`~lit_fl.steps.predict.PredictWork`, :class:`~lit_fl.steps.gradient.GradientWork`) runs
+    through :func:`~lit_fl.steps.predict.run_value_phase`."""
+    kinds = {isinstance(work, ClientWork) for work in works if work is not None}
+    if kinds == {False}:
+        from lit_fl.steps.predict import run_value_phase
+
+        return run_value_phase(runner, works)  # type: ignore[arg-type]
+    if len(kinds) > 1:
+        raise ValueError("run_phase: a phase holds training works (ClientWork) or value works, not both")
     todo = [n for n, work in enumerate(works) if work is not None]
     jobs: list[ClientWork] = [works[n] for n in todo]  # type: ignore[misc]
     plans = [job.batches.plan() for job in jobs]  # every process draws every order, in the works' order

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     import lightning as L
 
     from lit_fl.steps.phase import ClientWork, WorkResult
+    from lit_fl.steps.predict import ValueWork
 
 
 class StepRunner:
@@ -84,9 +85,10 @@ class StepRunner:
         self.placement = Placement(costs, self.fabric.global_rank, self.fabric.world_size)
         return self.placement
 
-    def run_phase(self, works: Sequence[ClientWork | None]) -> list[WorkResult]:
+    def run_phase(self, works: Sequence[ClientWork | ValueWork | None]) -> list[WorkResult]:
         """Run one client phase: every client's :class:`~lit_fl.steps.phase.ClientWork` (None: the client has
-        nothing to do). See :func:`lit_fl.steps.phase.run_phase`."""
+        nothing to do), or every client's value work (:class:`~lit_fl.steps.predict.PredictWork`: its model's
+        outputs). See :func:`lit_fl.steps.phase.run_phase`."""
         from lit_fl.steps.phase import run_phase
 
         return run_phase(self, works)
