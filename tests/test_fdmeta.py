@@ -20,7 +20,7 @@ from test_server_baselines import local_sgd
 from torch import Tensor, nn
 
 from lit_fl.algorithms import FDmeta
-from lit_fl.algorithms.fdmeta import GLOBAL, NO_PUBLIC_DATA, aggregate_logits, predict, public_sample
+from lit_fl.algorithms.fdmeta import GLOBAL, NO_PUBLIC_DATA, aggregate_logits, public_sample
 from lit_fl.config import DataConfig, ModelsConfig
 from lit_fl.data import load_dataset
 from lit_fl.errors import ConfigError
@@ -83,16 +83,6 @@ def test_public_sample_draws_distinct_sorted_indices_or_takes_all() -> None:
     assert len(set(got.tolist())) == 4 and got.tolist() == sorted(got.tolist())
     with pytest.raises(ValueError):
         public_sample(0, None, rng)
-
-
-def test_predict_is_the_eval_mode_forward_and_keeps_the_mode() -> None:
-    fed = public_federation()
-    model = next(c.model for c in fed.clients if c.arch == "cnn_bn_4_8").train()
-    x = fed.proxy
-    got = predict(model, x, batch_size=7)  # several chunks
-    assert model.training
-    want = copy.deepcopy(model).eval()(x).detach()
-    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
 
 
 def test_setup_refuses_a_federation_without_public_data() -> None:
