@@ -148,6 +148,20 @@ def test_noise_batches_are_reproducible_gaussian_noise() -> None:
     assert abs(float(allz.mean())) < 0.05 and abs(float(allz.std()) - 1.0) < 0.05
 
 
+@pytest.mark.parametrize("kind", ["gaussian", "dead_leaves"])
+def test_planned_noise_is_the_noise_iterating_draws(kind: str) -> None:
+    """As a client work's batches (DFML's noise distillation): the plan draws what iterating draws, and leaves the
+    generator where iterating leaves it; cutting a planned batch puts it on the device, channels last when asked."""
+    iterated, planned = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
+    a = list(NoiseBatches((3, 8, 8), 4, 3, iterated, channels_last=True, kind=kind))
+    noise = NoiseBatches((3, 8, 8), 4, 3, planned, channels_last=True, kind=kind)
+    b = [noise.cut(p) for p in noise.plan()]
+    assert torch.equal(iterated.get_state(), planned.get_state())
+    for (za, ya), (zb, yb) in zip(a, b, strict=True):
+        assert torch.equal(za, zb) and zb.is_contiguous(memory_format=torch.channels_last)
+        assert ya.numel() == yb.numel() == 0
+
+
 def test_mutual_noise_distillation_trains_everyone_and_keeps_running_statistics() -> None:
     models = [_trained_teacher([8], 7), _trained_teacher([16, 8], 8), _trained_teacher([4], 9)]
     before = [full_state(m) for m in models]
