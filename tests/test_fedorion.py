@@ -66,7 +66,7 @@ def test_noise_distillation_leaves_teachers_untouched_and_moves_the_student(bn_s
     student = mlp([8])
     student_before = full_state(student)
     step = NoiseDistillation(student, teachers, [10, 30], bn_stats=bn_stats, optimizer=SGDConfig(lr=0.1))
-    cpu().fit(step, NoiseBatches((2,), 32, 5, torch.Generator().manual_seed(0)))
+    cpu().run_server_step(step, NoiseBatches((2,), 32, 5, torch.Generator().manual_seed(0)))
     for teacher, state in zip(teachers, before):
         after = teacher.state_dict()
         for key, value in state.items():  # weights, running_mean/var and num_batches_tracked
@@ -133,7 +133,7 @@ def test_student_running_statistics_keep_or_update(mode: str) -> None:
     student = mlp([8])
     before = full_state(student)
     step = NoiseDistillation(student, [teacher], [1], student_running_stats=mode)
-    cpu().fit(step, NoiseBatches((2,), 16, 3, torch.Generator().manual_seed(0)))
+    cpu().run_server_step(step, NoiseBatches((2,), 16, 3, torch.Generator().manual_seed(0)))
     buffers = [k for k in before if "running" in k or "num_batches" in k]
     unchanged = all(torch.equal(before[k], student.state_dict()[k]) for k in buffers)
     assert unchanged == (mode == "keep")
@@ -166,7 +166,7 @@ def test_mutual_noise_distillation_trains_everyone_and_keeps_running_statistics(
     models = [_trained_teacher([8], 7), _trained_teacher([16, 8], 8), _trained_teacher([4], 9)]
     before = [full_state(m) for m in models]
     step = MutualNoiseDistillation(models, [100, 300, 50], trainable=[True, True, False], optimizer=SGDConfig(lr=0.1))
-    cpu().fit(step, NoiseBatches((2,), 32, 3, torch.Generator().manual_seed(0)))
+    cpu().run_server_step(step, NoiseBatches((2,), 32, 3, torch.Generator().manual_seed(0)))
     for n, (model, state) in enumerate(zip(models, before)):
         after = model.state_dict()
         buffers = [k for k in state if "running" in k or "num_batches" in k]
@@ -237,7 +237,7 @@ def test_figure1_toy_server_distilled_from_noise_only_matches_the_ensemble() -> 
             student_running_stats="update",
             optimizer=SGDConfig(lr=0.1, momentum=0.9, weight_decay=0.0),
         )
-        cpu().fit(step, NoiseBatches((2,), 128, 100, torch.Generator().manual_seed(2)))
+        cpu().run_server_step(step, NoiseBatches((2,), 128, 100, torch.Generator().manual_seed(2)))
         server_accs[bn_stats] = _accuracy(server, x_test, y_test)
     print(
         f"\nFigure 1 toy: clients {[round(a, 4) for a in client_accs]}, ensemble {ensemble_acc:.4f}, "
@@ -501,14 +501,14 @@ def test_server_distillation_runs_one_noise_batch_per_server_epoch_by_default() 
     algo.setup(fed)
     counted = []
     runner = cpu()
-    original = runner.fit_here
+    original = runner.run_server_step
 
     def counting_fit(step, batches):  # noqa: ANN001, ANN202
         if type(step).__name__ == "NoiseDistillation":
             counted.append(len(batches))
         return original(step, batches)
 
-    runner.fit_here = counting_fit
+    runner.run_server_step = counting_fit
     algo.run_round(1, fed, runner, CommunicationLedger())
     assert counted == [5]
     assert FedORION(noise_steps=4).noise_steps == 4  # still a key

@@ -107,7 +107,7 @@ def test_toy_of_figure_4_same_classes_diverge_far_less_than_disjoint_classes() -
     for idx in parts:
         model = copy.deepcopy(init)
         step = LocalTraining(model, torch.ones(10), "ce", SGDConfig(lr=0.05, momentum=0.5, weight_decay=0.0))
-        RUNNER.fit(step, ClientBatches(data.train_x, data.train_y, idx, 50, g, epochs=3))
+        RUNNER.run_server_step(step, ClientBatches(data.train_x, data.train_y, idx, 50, g, epochs=3))
         with torch.no_grad():
             accuracy = (model.eval()(data.train_x[idx]).argmax(1) == data.train_y[idx]).float().mean()
         assert accuracy > 0.9

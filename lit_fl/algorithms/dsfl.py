@@ -209,8 +209,8 @@ class DSFL(PublicDistillation):
             if self.server_epochs > 0:  # the global model distils the global logits
                 step = steps.TargetDistillation(federation.server[GLOBAL], loss="kl", target="probabilities",
                                                 optimizer=self.server_optimizer)
-                server_loss = runner.train(step, self.target_batches(federation, x, target, self.server_batch_size,
-                                                                     self.server_epochs))
+                server_loss = runner.run_server_step(step, self.target_batches(
+                    federation, x, target, self.server_batch_size, self.server_epochs))
             for n, cid in enumerate(selected):  # Broadcast, Distillation
                 if ledger.give_back(-1, cid, Payload([target])):
                     works[n] = self.distill_work(cid, federation, x, target)

@@ -226,7 +226,7 @@ class FDmeta(Algorithm):
         if self.server_epochs > 0:
             step = steps.TargetDistillation(federation.server[GLOBAL], loss="ce", target="logits",
                                             temperature=self.temperature, optimizer=self.server_optimizer)
-            kd_loss = runner.train(step, self.distill_batches(federation, x, z, self.server_batch_size,
+            kd_loss = runner.run_server_step(step, self.distill_batches(federation, x, z, self.server_batch_size,
                                                               self.server_epochs))
 
         works: list[ClientWork | None] = []  # 7. distribution and digest

@@ -192,7 +192,7 @@ class FedDF(Algorithm):
                                           total_steps=self.distill_steps if self.cosine else None)
         batches = proxy_batches(federation.proxy, self.distill_batch_size, self.distill_steps,
                                 federation.rng.data_order)
-        return runner.train(step, batches)
+        return runner.run_server_step(step, batches)
 
     def local_work(self, client: Client, federation: Federation) -> ClientWork | None:
         """``local_epochs`` of SGD on the client's train split from the received server model."""

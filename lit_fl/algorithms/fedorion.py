@@ -335,7 +335,7 @@ class FedORION(Algorithm):
             channels_last=_memory_format(server) == torch.channels_last,
             kind=self.noise,
         )
-        return runner.train(step, noise)
+        return runner.run_server_step(step, noise)
 
     # -- checkpoint --------------------------------------------------------------------------------------
 

@@ -8,7 +8,8 @@
   (soft-target cross-entropy, teacher detached; ``n_i`` = the teacher's sample count).
 * :class:`MutualNoiseDistillation` - every participant is a student of the others on noise, the teachers
   weighted like DFML Eq. 3 (used by DFML's data-free ``noise_batches`` extension, not part of the DFML paper).
-* :class:`~lit_fl.steps.noise.NoiseBatches` - the iterable of ``(z, dummy)`` batches handed to ``StepRunner.fit``.
+* :class:`~lit_fl.steps.noise.NoiseBatches` - the iterable of ``(z, dummy)`` batches handed to
+  ``StepRunner.run_server_step`` (or a client work's batches).
 
 BatchNorm of the teachers (``bn_stats``):
 

@@ -145,12 +145,12 @@ def run_peer_work(runner: StepRunner, job: ClientWork, plan: list[Any]) -> float
     step, placement = job.step, runner.placement
     batches = (job.batches.cut(p) for p in plan)
     if not placement.distributed:
-        return phase_loss(step, runner.fit_here(step, batches))
+        return phase_loss(step, runner._fit_here(step, batches))
     assert job.owners is not None
     kinds = [signature(m) for m in step.models]
     ranks = placement.assign_kinds(job.owners, kinds) if runner.fuse else placement.assign(job.owners)
     step.shard([r == placement.rank for r in ranks], placement.all_reduce_sum)
-    returned = runner.fit_here(step, batches)
+    returned = runner._fit_here(step, batches)
     step.gather_losses(placement.all_reduce_sum)
     for model, rank, trainable in zip(step.models, ranks, step.trainable):
         if trainable:
@@ -208,8 +208,8 @@ def _run_group(
     """One work alone, or works as one batched step; their mean losses."""
     if not batched:
         job, plan = jobs[0], plans[0]
-        return [phase_loss(job.step, runner.fit_here(job.step, (job.batches.cut(p) for p in plan)))]
+        return [phase_loss(job.step, runner._fit_here(job.step, (job.batches.cut(p) for p in plan)))]
     stacked = StackedBatches([job.batches for job in jobs], plans)
     step = type(jobs[0].step).batched([job.step for job in jobs], stacked.num_batches)
-    runner.fit_here(step, stacked)
+    runner._fit_here(step, stacked)
     return step.mean_losses()
