@@ -66,6 +66,7 @@ METHODS: dict[str, Callable[[], Algorithm]] = {
     "fedavg": lambda: DecentralizedFedAvg(sender_fraction=1.0, batch_size=16),
     "fedprox": lambda: DecentralizedFedProx(mu=1.0, sender_fraction=1.0, batch_size=16),
     "dfml": lambda: DFML(sender_fraction=1.0, batch_size=16),
+    "dfml_noise": lambda: DFML(sender_fraction=1.0, batch_size=16, noise_batches=2, noise_batch_size=8),
     "heterofl": lambda: HeteroFL(sender_fraction=1.0, batch_size=16),
     "fedrolex": lambda: FedRolex(sender_fraction=1.0, batch_size=16),
     "fml": lambda: DecentralizedFML(sender_fraction=1.0, batch_size=16),

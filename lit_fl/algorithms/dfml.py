@@ -154,7 +154,7 @@ class DFML(DecentralizedAlgorithm):
 
     def noise_distillation(self, clients: list, federation: Federation, runner: StepRunner) -> float:
         """The data-free extension (``noise_batches``): participants distil from each other on Gaussian noise, the
-        aggregator's (``clients[0]``) client work."""
+        aggregator's (``clients[0]``) peer work, as its mutual learning."""
         import torch
 
         from lit_fl.steps.phase import ClientWork
@@ -169,6 +169,7 @@ class DFML(DecentralizedAlgorithm):
             bn_stats="current",
             temperature=self.temperature,
             optimizer=self.optimizer,
+            num_classes=federation.num_classes,
         )
         x = federation.data.train_x
         noise = steps.NoiseBatches(
@@ -179,5 +180,5 @@ class DFML(DecentralizedAlgorithm):
             runner.device,
             channels_last=x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last),
         )
-        return runner.run_phase([ClientWork(clients[0].id, step, noise)])[0].loss
+        return runner.run_phase([ClientWork(clients[0].id, step, noise, owners=tuple(c.id for c in clients))])[0].loss
 
