@@ -12,8 +12,10 @@ evaluation, or the rest. Each configuration runs fused and unfused (``trainer.fu
                                                  # the same, each rank's kernels at --trainer.devices 2
 
 "client phase" counts the client phases (:meth:`StepRunner.run_phase`: every method's local training, FedORION's
-and FML's client DML, UA-PDFL's aux-proximal training, Def-KT's fusion, codistillation's clients); "per round" is
-everything a round dispatches (the algorithm's round and the evaluation that follows it), per round.
+and FML's client DML, UA-PDFL's aux-proximal training, Def-KT's fusion, codistillation's clients, DFML's mutual
+learning, the predict phases of the public-data methods); "other steps" the server steps
+(:meth:`StepRunner.run_server_step`); "per round" is everything a round dispatches (the algorithm's round and the
+evaluation that follows it), per round.
 """
 
 from __future__ import annotations
@@ -65,8 +67,8 @@ def phases(counter: KernelCounter, rounds: list[int]):  # noqa: ANN201
     from lit_fl.federation.loop import RoundLoop
     from lit_fl.steps.runner import StepRunner
 
-    run_phase, fit_here, evaluate, run_round = (StepRunner.run_phase, StepRunner.fit_here, Evaluator.evaluate,
-                                                RoundLoop.run_round)
+    run_phase, server_step, evaluate, run_round = (StepRunner.run_phase, StepRunner.run_server_step,
+                                                   Evaluator.evaluate, RoundLoop.run_round)
 
     def labelled(label: str, function: Callable) -> Callable:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -84,7 +86,7 @@ def phases(counter: KernelCounter, rounds: list[int]):  # noqa: ANN201
 
     patches: list[tuple[type, str, Callable]] = [
         (StepRunner, "run_phase", labelled("client phase", run_phase)),
-        (StepRunner, "fit_here", labelled("other steps", fit_here)),
+        (StepRunner, "run_server_step", labelled("other steps", server_step)),
         (Evaluator, "evaluate", labelled("evaluation", evaluate)),
         (RoundLoop, "run_round", counted_round),
     ]
@@ -93,7 +95,7 @@ def phases(counter: KernelCounter, rounds: list[int]):  # noqa: ANN201
     try:
         yield
     finally:
-        StepRunner.run_phase, StepRunner.fit_here, Evaluator.evaluate = run_phase, fit_here, evaluate
+        StepRunner.run_phase, StepRunner.run_server_step, Evaluator.evaluate = run_phase, server_step, evaluate
         RoundLoop.run_round = run_round
 
 

@@ -6,7 +6,8 @@
   mnist5k federation exactly as ``lit-fl fit`` does (``RoundLoop.run_round``, a metrics.csv row, a checkpoint)
   and splits every round into
 
-  - *training steps*: the time spent inside ``StepRunner.fit`` (forward, backward, optimizer steps);
+  - *training steps*: the time spent inside ``StepRunner.run_phase`` and ``StepRunner.run_server_step`` (every
+    client phase and server step: forward, backward, optimizer steps);
   - *evaluation*: ``Evaluator.evaluate`` (global, local and peak accuracy of every changed model);
   - *other*: everything else, i.e. selection, transport and the ledger, peak bookkeeping, averaging,
     the metrics row and the checkpoint, reported with its share of the round.
@@ -93,16 +94,19 @@ def bench_rounds(num_clients: int, rounds: int) -> None:
         algorithm.setup(fed)
         runner, ledger, evaluator = StepRunner(accelerator="cpu"), CommunicationLedger(), Evaluator()
         fit_s = [0.0]
-        fit = runner.fit
 
-        def timed_fit(step, batches, owners=None, _fit=fit, _fit_s=fit_s):  # noqa: ANN001, ANN202
-            start = time.perf_counter()
-            try:
-                return _fit(step, batches, owners=owners)
-            finally:
-                _fit_s[0] += time.perf_counter() - start
+        def timed(method, _fit_s=fit_s):  # noqa: ANN001, ANN202
+            def run(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+                start = time.perf_counter()
+                try:
+                    return method(*args, **kwargs)
+                finally:
+                    _fit_s[0] += time.perf_counter() - start
 
-        runner.fit = timed_fit  # type: ignore[method-assign]
+            return run
+
+        runner.run_phase = timed(runner.run_phase)  # type: ignore[method-assign]
+        runner.run_server_step = timed(runner.run_server_step)  # type: ignore[method-assign]
         with tempfile.TemporaryDirectory() as tmp:
             csv = MetricsCSV(Path(tmp) / "metrics.csv")
             loop = RoundLoop(fed, algorithm, runner, evaluator, ledger, rounds, callbacks=[MetricsFile(csv)])

@@ -65,7 +65,8 @@ def test_dml_updates_both_from_predictions_before_either_update() -> None:
     beta = torch.full((3,), 1 / 3)
     x, y = torch.randn(8, 6), torch.randint(0, 3, (8,))
     ref = [copy.deepcopy(m) for m in (a, b)]
-    RUNNER.fit(DeepMutualLearning(a, b, beta, optimizer=SGDConfig(lr=0.1, momentum=0.0, weight_decay=0.0)), [(x, y)])
+    step = DeepMutualLearning(a, b, beta, optimizer=SGDConfig(lr=0.1, momentum=0.0, weight_decay=0.0))
+    RUNNER.run_server_step(step, [(x, y)])
     z = [m(x) for m in ref]
     for n in range(2):
         loss = cross_entropy(z[n], y) + kl_divergence(z[1 - n].detach(), z[n])
@@ -78,7 +79,7 @@ def test_dml_trainable_flags_freeze_a_teacher() -> None:
     a, b = _models()
     before = [copy.deepcopy(m.state_dict()) for m in (a, b)]
     step = DeepMutualLearning(a, b, torch.full((3,), 1 / 3), trainable=(False, True), optimizer=SGDConfig(lr=0.1))
-    RUNNER.fit(step, [(torch.randn(8, 6), torch.randint(0, 3, (8,))) for _ in range(3)])
+    RUNNER.run_server_step(step, [(torch.randn(8, 6), torch.randint(0, 3, (8,))) for _ in range(3)])
     assert same_weights(before[0], a.state_dict())
     assert not same_weights(before[1], b.state_dict())
     with pytest.raises(ValueError, match="trainable"):
@@ -154,10 +155,10 @@ def test_defkt_receiver_keeps_the_fused_received_model() -> None:
     opt = SGDConfig(lr=LR)
     for s, _ in pairs:
         c = ref.clients[s]
-        RUNNER.fit(LocalTraining(c.model, c.class_proportions, "wsm", opt), algo.batches(ref, c.train_idx))
+        RUNNER.run_server_step(LocalTraining(c.model, c.class_proportions, "wsm", opt), algo.batches(ref, c.train_idx))
     for s, r in pairs:
         received, own = copy.deepcopy(ref.clients[s].model), ref.clients[r].model
-        RUNNER.fit(
+        RUNNER.run_server_step(
             DeepMutualLearning(received, own, ref.clients[r].class_proportions, "wsm", optimizer=opt),
             algo.batches(ref, ref.clients[r].train_idx),
         )

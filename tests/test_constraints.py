@@ -83,7 +83,8 @@ def test_the_command_line_gives_the_same_line(tmp_path: Path, flag: tuple[str, s
 #: traceback), a key whose value is a number OR a list, and a value that depends on another key
 NOT_KEY_RULES = {
     "cli_errors.py", "data/partition.py", "data/batches.py", "steps/distillation.py", "steps/deep_mutual_learning.py",
-    "steps/aux_proximal_training.py", "steps/noise_distillation.py", "steps/noise.py", "algorithms/server_optimizers.py",
+    "steps/aux_proximal_training.py", "steps/noise_distillation.py", "steps/noise.py",
+    "algorithms/server_optimizers.py",
     "algorithms/codistillation.py:large_clients", "algorithms/fedorion.py:no_dml", "commands/compare.py:--target",
     "algorithms/criticalfl.py:min_peers",
     "steps/target_distillation.py", "steps/not_true_distillation.py",

@@ -160,7 +160,7 @@ def test_masked_weights_stay_exactly_zero_through_training(runner: StepRunner) -
                           SGDConfig(lr=0.1, momentum=0.9, weight_decay=5e-4))
     batches = ClientBatches(fed.data.train_x, fed.data.train_y, client.train_idx, 16, fed.rng.data_order, epochs=2)
     assert len(batches) >= 3
-    runner.fit(step, batches)
+    runner.run_server_step(step, batches)
     for name, p in client.model.named_parameters():
         assert (p[~masks[name]] == 0).all(), name
         assert (p[masks[name]] != before[name][masks[name]]).all(), name

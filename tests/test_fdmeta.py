@@ -20,7 +20,7 @@ from test_server_baselines import local_sgd
 from torch import Tensor, nn
 
 from lit_fl.algorithms import FDmeta
-from lit_fl.algorithms.fdmeta import GLOBAL, aggregate_logits, predict, public_sample
+from lit_fl.algorithms.fdmeta import GLOBAL, aggregate_logits, public_sample
 from lit_fl.config import DataConfig, ModelsConfig
 from lit_fl.data import load_dataset
 from lit_fl.federation.builder import build_federation
@@ -84,14 +84,6 @@ def test_public_sample_draws_distinct_sorted_indices_or_takes_all() -> None:
         public_sample(0, None, rng)
 
 
-def test_predict_is_the_eval_mode_forward_and_keeps_the_mode() -> None:
-    fed = public_federation()
-    model = next(c.model for c in fed.clients if c.arch == "cnn_bn_4_8").train()
-    x = fed.proxy
-    got = predict(model, x, batch_size=7)  # several chunks
-    assert model.training
-    want = copy.deepcopy(model).eval()(x).detach()
-    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
 
 
 # -- (a) one round by hand -------------------------------------------------------------------------------------

@@ -66,7 +66,7 @@ def test_noise_distillation_leaves_teachers_untouched_and_moves_the_student(bn_s
     student = mlp([8])
     student_before = full_state(student)
     step = NoiseDistillation(student, teachers, [10, 30], bn_stats=bn_stats, optimizer=SGDConfig(lr=0.1))
-    cpu().fit(step, NoiseBatches((2,), 32, 5, torch.Generator().manual_seed(0)))
+    cpu().run_server_step(step, NoiseBatches((2,), 32, 5, torch.Generator().manual_seed(0)))
     for teacher, state in zip(teachers, before):
         after = teacher.state_dict()
         for key, value in state.items():  # weights, running_mean/var and num_batches_tracked
@@ -133,7 +133,7 @@ def test_student_running_statistics_keep_or_update(mode: str) -> None:
     student = mlp([8])
     before = full_state(student)
     step = NoiseDistillation(student, [teacher], [1], student_running_stats=mode)
-    cpu().fit(step, NoiseBatches((2,), 16, 3, torch.Generator().manual_seed(0)))
+    cpu().run_server_step(step, NoiseBatches((2,), 16, 3, torch.Generator().manual_seed(0)))
     buffers = [k for k in before if "running" in k or "num_batches" in k]
     unchanged = all(torch.equal(before[k], student.state_dict()[k]) for k in buffers)
     assert unchanged == (mode == "keep")
@@ -148,11 +148,25 @@ def test_noise_batches_are_reproducible_gaussian_noise() -> None:
     assert abs(float(allz.mean())) < 0.05 and abs(float(allz.std()) - 1.0) < 0.05
 
 
+@pytest.mark.parametrize("kind", ["gaussian", "dead_leaves"])
+def test_planned_noise_is_the_noise_iterating_draws(kind: str) -> None:
+    """As a client work's batches (DFML's noise distillation): the plan draws what iterating draws, and leaves the
+    generator where iterating leaves it; cutting a planned batch puts it on the device, channels last when asked."""
+    iterated, planned = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
+    a = list(NoiseBatches((3, 8, 8), 4, 3, iterated, channels_last=True, kind=kind))
+    noise = NoiseBatches((3, 8, 8), 4, 3, planned, channels_last=True, kind=kind)
+    b = [noise.cut(p) for p in noise.plan()]
+    assert torch.equal(iterated.get_state(), planned.get_state())
+    for (za, ya), (zb, yb) in zip(a, b, strict=True):
+        assert torch.equal(za, zb) and zb.is_contiguous(memory_format=torch.channels_last)
+        assert ya.numel() == yb.numel() == 0
+
+
 def test_mutual_noise_distillation_trains_everyone_and_keeps_running_statistics() -> None:
     models = [_trained_teacher([8], 7), _trained_teacher([16, 8], 8), _trained_teacher([4], 9)]
     before = [full_state(m) for m in models]
     step = MutualNoiseDistillation(models, [100, 300, 50], trainable=[True, True, False], optimizer=SGDConfig(lr=0.1))
-    cpu().fit(step, NoiseBatches((2,), 32, 3, torch.Generator().manual_seed(0)))
+    cpu().run_server_step(step, NoiseBatches((2,), 32, 3, torch.Generator().manual_seed(0)))
     for n, (model, state) in enumerate(zip(models, before)):
         after = model.state_dict()
         buffers = [k for k in state if "running" in k or "num_batches" in k]
@@ -223,7 +237,7 @@ def test_figure1_toy_server_distilled_from_noise_only_matches_the_ensemble() -> 
             student_running_stats="update",
             optimizer=SGDConfig(lr=0.1, momentum=0.9, weight_decay=0.0),
         )
-        cpu().fit(step, NoiseBatches((2,), 128, 100, torch.Generator().manual_seed(2)))
+        cpu().run_server_step(step, NoiseBatches((2,), 128, 100, torch.Generator().manual_seed(2)))
         server_accs[bn_stats] = _accuracy(server, x_test, y_test)
     print(
         f"\nFigure 1 toy: clients {[round(a, 4) for a in client_accs]}, ensemble {ensemble_acc:.4f}, "
@@ -487,14 +501,14 @@ def test_server_distillation_runs_one_noise_batch_per_server_epoch_by_default() 
     algo.setup(fed)
     counted = []
     runner = cpu()
-    original = runner.fit_here
+    original = runner.run_server_step
 
     def counting_fit(step, batches):  # noqa: ANN001, ANN202
         if type(step).__name__ == "NoiseDistillation":
             counted.append(len(batches))
         return original(step, batches)
 
-    runner.fit_here = counting_fit
+    runner.run_server_step = counting_fit
     algo.run_round(1, fed, runner, CommunicationLedger())
     assert counted == [5]
     assert FedORION(noise_steps=4).noise_steps == 4  # still a key

@@ -58,7 +58,7 @@ def mutual_phase(models: list[nn.Module], fuse: str, trainable: list[bool] | Non
     beta = torch.full((CLASSES,), 1 / CLASSES)
     step = MutualLearning(models, beta, 0.6, [num_parameters(m) for m in models], trainable=trainable,
                           temperature=2.0)
-    StepRunner("cpu", fuse=fuse).fit(step, batches())
+    StepRunner("cpu", fuse=fuse).run_server_step(step, batches())
     return step
 
 
@@ -179,7 +179,7 @@ def phase_kernels(copies: int, fuse: str) -> int:
     data = [(torch.randn(BATCH, 1, 8, 8), torch.randint(0, CLASSES, (BATCH,))) for _ in range(STEPS)]
     runner = StepRunner("cpu", fuse=fuse)
     with KernelCounter() as counter:
-        runner.fit(step, data)
+        runner.run_server_step(step, data)
     return counter.total
 
 
@@ -197,7 +197,7 @@ def test_fused_bf16_mixed_phase_agrees_with_the_unfused_one_within_bf16_rounding
         copies = copy.deepcopy(models)
         steps[fuse] = MutualLearning(copies, torch.full((CLASSES,), 1 / CLASSES), 0.6,
                                      [num_parameters(m) for m in copies])
-        StepRunner("cpu", precision="bf16-mixed", fuse=fuse).fit(steps[fuse], batches())
+        StepRunner("cpu", precision="bf16-mixed", fuse=fuse).run_server_step(steps[fuse], batches())
     torch.testing.assert_close(steps["on"].loss_sum, steps["off"].loss_sum, rtol=1e-2, atol=0)
     for a, b in zip(steps["on"].models, steps["off"].models):
         assert (flat(a) - flat(b)).norm() <= 1e-2 * flat(b).norm()

@@ -38,7 +38,7 @@ def configs() -> dict[str, dict[str, Any]]:
     defkt = tiny_config("DefKT", rounds=2)
     defkt["models"]["pool"] = ["cnn_4_8"]
     return {
-        "DFML": tiny_config("DFML", rounds=4),
+        "DFML": tiny_config("DFML", rounds=4, noise_batches=2, noise_batch_size=8),  # both peer works
         "DecentralizedFedAvg": fedavg,
         "HeteroFL": heterofl,
         "DefKT": defkt,

@@ -31,7 +31,8 @@ TIMING = RESUME_TIMING
 
 #: every built-in method, in a setting where its client phases have two clients of a kind on each rank
 METHODS: dict[str, dict[str, Any]] = {
-    "DFML": {"sender_fraction": 1.0, "mutual_epochs": 1, "period": 2, "period_increment": 2},
+    "DFML": {"sender_fraction": 1.0, "mutual_epochs": 1, "period": 2, "period_increment": 2, "noise_batches": 2,
+             "noise_batch_size": 8},
     "DecentralizedFedAvg": {"sender_fraction": 1.0},
     "DecentralizedFedProx": {"sender_fraction": 1.0, "mu": 1.0},
     "HeteroFL": {"sender_fraction": 1.0},

@@ -161,7 +161,7 @@ def test_noise_distillation_two_steps_are_eq3_by_hand(student_running_stats: str
     state = generator.get_state()
     step = NoiseDistillation(student, teachers, counts, student_running_stats=student_running_stats,  # type: ignore[arg-type]
                              temperature=t, optimizer=SGDConfig(lr=lr, momentum=0.0, weight_decay=0.0))
-    cpu().fit(step, NoiseBatches((2,), 32, 2, generator))
+    cpu().run_server_step(step, NoiseBatches((2,), 32, 2, generator))
 
     generator.set_state(state)
     losses = []
@@ -195,7 +195,7 @@ def test_mutual_noise_distillation_step_is_weighted_soft_ce_by_hand() -> None:
     state = generator.get_state()
     step = MutualNoiseDistillation(models, phi, trainable=trainable, temperature=t,
                                    optimizer=SGDConfig(lr=lr, momentum=0.0, weight_decay=0.0))
-    cpu().fit(step, NoiseBatches((2,), 32, 1, generator))
+    cpu().run_server_step(step, NoiseBatches((2,), 32, 1, generator))
 
     generator.set_state(state)
     z = torch.randn((32, 2), generator=generator)

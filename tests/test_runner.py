@@ -25,7 +25,7 @@ def test_runner_equals_a_plain_loop() -> None:
     torch.manual_seed(0)
     model = torch.nn.Linear(5, 3)
     plain = copy.deepcopy(model)
-    StepRunner(accelerator="cpu").fit(_step(model), _batches())
+    StepRunner(accelerator="cpu").run_server_step(_step(model), _batches())
     opt = SGDConfig(lr=0.1).build(plain.parameters())
     reference = _step(plain)
     for i, batch in enumerate(_batches()):
@@ -41,7 +41,7 @@ def test_the_same_step_runs_under_a_lightning_trainer() -> None:
     torch.manual_seed(0)
     model = torch.nn.Linear(5, 3)
     twin = copy.deepcopy(model)
-    StepRunner(accelerator="cpu").fit(_step(model), _batches())
+    StepRunner(accelerator="cpu").run_server_step(_step(model), _batches())
     trainer = L.Trainer(
         max_epochs=1, accelerator="cpu", logger=False, enable_checkpointing=False,
         enable_progress_bar=False, enable_model_summary=False,
@@ -57,7 +57,7 @@ def test_bf16_mixed_runs_on_cpu_and_learns() -> None:
     step = _step(model)
     batches = _batches(20)
     before = sum(float(step.training_step(b, 0)) for b in batches)
-    StepRunner(accelerator="cpu", precision="bf16-mixed").fit(step, batches)
+    StepRunner(accelerator="cpu", precision="bf16-mixed").run_server_step(step, batches)
     after = sum(float(_step(model).training_step(b, 0)) for b in batches)
     assert after < before
 
@@ -73,7 +73,7 @@ def test_bad_precision_and_devices_are_refused() -> None:
 
 
 class OwnStep(L.LightningModule):
-    """A user's step that keeps no loss counter: ``train`` averages what ``training_step`` returns."""
+    """A user's step that keeps no loss counter: ``run_server_step`` averages what ``training_step`` returns."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -87,13 +87,20 @@ class OwnStep(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.0)  # lr 0: every batch's loss is the starting model's
 
 
-def test_train_returns_the_phase_mean_loss_with_or_without_the_steps_own_counter() -> None:
+def test_a_server_step_returns_the_phase_mean_loss_with_or_without_the_steps_own_counter() -> None:
     torch.manual_seed(0)
     batches = [(torch.randn(5, 3), torch.randint(0, 2, (5,))) for _ in range(3)]
     own = OwnStep()
     expected = sum(float(torch.nn.functional.cross_entropy(own.model(x), y)) for x, y in batches) / 3
-    assert StepRunner("cpu").train(own, batches) == pytest.approx(expected, rel=1e-6)
-    assert StepRunner("cpu").train(OwnStep(), []) == 0.0
+    assert StepRunner("cpu").run_server_step(own, batches) == pytest.approx(expected, rel=1e-6)
+    assert StepRunner("cpu").run_server_step(OwnStep(), []) == 0.0
     step = _step(torch.nn.Linear(5, 3))
-    mean = StepRunner("cpu").train(step, _batches())
+    mean = StepRunner("cpu").run_server_step(step, _batches())
     assert mean == float(step.loss_sum) / step.num_batches
+
+
+def test_a_method_runs_models_through_a_phase_or_a_server_step_only() -> None:
+    """The runner's public surface (issue 36): client work goes through ``run_phase`` (training, predictions,
+    gradients), a server's step through ``run_server_step``; the rest places clients and reads the setup."""
+    public = {name for name in vars(StepRunner) if not name.startswith("_")}
+    assert public == {"run_phase", "run_server_step", "place", "device", "is_global_zero", "any", "autocast"}

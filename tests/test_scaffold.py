@@ -191,8 +191,8 @@ def test_zero_controls_make_the_client_steps_plain_momentum_sgd() -> None:
         model = copy.deepcopy(x_start)
         step = LocalTraining(model, client.class_proportions, "ce", SGDConfig(lr=lr, momentum=momentum,
                                                                                weight_decay=wd))
-        cpu().fit_here(step, ClientBatches(fed.data.train_x, fed.data.train_y, client.train_idx, batch, generator,
-                                           epochs=2))
+        cpu().run_server_step(step, ClientBatches(fed.data.train_x, fed.data.train_y, client.train_idx, batch,
+                                                  generator, epochs=2))
         for key, value in model.state_dict().items():
             assert torch.equal(client.model.state_dict()[key], value), f"client {cid} {key}"
         plain.append(model.state_dict())

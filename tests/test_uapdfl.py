@@ -17,7 +17,6 @@ from lit_fl.algorithms.unit_representation import (
     divergence,
     kl,
     unit_input,
-    unit_representation,
     unit_representations,
 )
 from lit_fl.data import load_dataset
@@ -27,6 +26,7 @@ from lit_fl.models import create_model
 from lit_fl.steps import LocalTraining, SGDConfig, StepRunner
 from lit_fl.steps.aux_proximal_training import AuxProximalTraining
 from lit_fl.steps.phase import WorkResult
+from lit_fl.steps.predict import PredictWork
 
 RUNNER = StepRunner(accelerator="cpu")
 
@@ -78,11 +78,12 @@ def test_identical_models_have_zero_divergence_and_representations_are_distribut
     x_unit = unit_input((1, 8, 8))
     assert torch.equal(x_unit, torch.ones(1, 1, 8, 8))  # all ones in the normalised input space
     model.train()
-    rep, aux = unit_representations(model, x_unit, ModelSplit())
+    reps = unit_representations(RUNNER, {0: model, 1: twin}, x_unit, ModelSplit())
+    rep, aux = reps[0]
     assert model.training  # the mode is restored
     assert rep.shape == (4,) and float(rep.sum()) == pytest.approx(1.0, abs=1e-6)
     assert aux.shape == (8 * 2 * 2,)  # the flattened input of the classifier
-    assert divergence(rep, unit_representation(twin, x_unit)) == 0.0
+    assert divergence(rep, reps[1][0]) == 0.0
 
 
 def test_toy_of_figure_4_same_classes_diverge_far_less_than_disjoint_classes() -> None:
@@ -106,11 +107,11 @@ def test_toy_of_figure_4_same_classes_diverge_far_less_than_disjoint_classes() -
     for idx in parts:
         model = copy.deepcopy(init)
         step = LocalTraining(model, torch.ones(10), "ce", SGDConfig(lr=0.05, momentum=0.5, weight_decay=0.0))
-        RUNNER.fit(step, ClientBatches(data.train_x, data.train_y, idx, 50, g, epochs=3))
+        RUNNER.run_server_step(step, ClientBatches(data.train_x, data.train_y, idx, 50, g, epochs=3))
         with torch.no_grad():
             accuracy = (model.eval()(data.train_x[idx]).argmax(1) == data.train_y[idx]).float().mean()
         assert accuracy > 0.9
-        reps.append(unit_representation(model, x_unit))
+        reps.append(unit_representations(RUNNER, {0: model}, x_unit, ModelSplit(["3"]))[0][0])  # "3": the last Linear
     same = divergence(reps[0], reps[1])
     disjoint = [divergence(reps[0], reps[2]), divergence(reps[1], reps[2])]
     print(f"UA-PDFL Figure 4 toy: Div(1,2) = {same:.4f}, Div(1,3) = {disjoint[0]:.4f}, Div(2,3) = {disjoint[1]:.4f}")
@@ -144,8 +145,9 @@ def test_layer_wise_personalisation_averages_g_over_all_peers_and_h_over_close_p
     algo.setup(fed)
     group = {n: n % 2 for n in range(6)}  # crafted: same parity = close (Div 0), other parity = far
     crafted = {0: torch.tensor([0.7, 0.1, 0.1, 0.1]), 1: torch.tensor([0.1, 0.1, 0.1, 0.7])}
-    aux_size = len(algo.representations(fed, algo.make_unit_input(fed))[0][1])
-    algo.representations = lambda federation, x_unit: {n: (crafted[group[n]], torch.zeros(aux_size)) for n in group}
+    aux_size = len(algo.representations(fed, RUNNER, algo.make_unit_input(fed))[0][1])
+    algo.representations = lambda federation, runner, x_unit: {n: (crafted[group[n]], torch.zeros(aux_size))
+                                                               for n in group}
     ledger = CommunicationLedger()
     result = algo.run_round(1, fed, RUNNER, ledger)
     sizes = [c.num_train for c in fed.clients]
@@ -194,7 +196,7 @@ def test_aux_term_has_zero_gradient_at_the_mean_and_pulls_otherwise() -> None:
     model = create_model("cnn_4_8", (1, 8, 8), 4)
     split = ModelSplit()
     x_unit = unit_input((1, 8, 8))
-    _, aux = unit_representations(model, x_unit, split)
+    _, aux = unit_representations(RUNNER, {0: model}, x_unit, split)[0]
     step = AuxProximalTraining(model, torch.ones(4), x_unit, aux, mu=1.0, features=split.features)
     penalty = step.aux_penalty()
     penalty.backward()
@@ -218,6 +220,8 @@ def test_learning_rate_decays_per_round() -> None:
 
     class SpyRunner:
         def run_phase(self, works):  # noqa: ANN001, ANN202
+            if isinstance(works[0], PredictWork):  # the unit representations
+                return RUNNER.run_phase(works)
             used.extend(w.step.configure_optimizers().param_groups[0]["lr"] for w in works)
             return [WorkResult(0.0) for _ in works]
 

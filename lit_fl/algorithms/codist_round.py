@@ -189,7 +189,7 @@ class CodistRound(ServerAlgorithm):
             temperature=self.temperature,
             student_reg=self.student_reg,
         )
-        loss = runner.train(step, self.distill_batches(federation)) / len(POOLS)
+        loss = runner.run_server_step(step, self.distill_batches(federation)) / len(POOLS)
         return dict(zip(POOLS, students)), loss
 
     def distill_batches(self, federation: Federation) -> Iterator[tuple[Tensor, Tensor]]:

@@ -134,7 +134,10 @@ class DFML(DecentralizedAlgorithm):
                 client.update_peak(max(alpha, client.alpha_peak))
 
     def mutual_learning(self, clients: list, alpha: float, federation: Federation, runner: StepRunner) -> float:
-        """K epochs of :class:`MutualLearning` over the aggregator's (``clients[0]``) train split."""
+        """K epochs of :class:`MutualLearning` over the aggregator's (``clients[0]``) train split: the aggregator's
+        peer work (``owners``: every participant's model is computed on its own client's process)."""
+        from lit_fl.steps.phase import ClientWork
+
         aggregator = clients[0]
         if self.mutual_epochs == 0 or aggregator.num_train == 0 or len(clients) < 2:
             return float("nan")
@@ -150,11 +153,14 @@ class DFML(DecentralizedAlgorithm):
             optimizer=self.optimizer,
         )
         batches = self.batches(federation, aggregator.train_idx, self.mutual_epochs)
-        return runner.train(step, batches, owners=[c.id for c in clients])
+        return runner.run_phase([ClientWork(aggregator.id, step, batches, owners=tuple(c.id for c in clients))])[0].loss
 
     def noise_distillation(self, clients: list, federation: Federation, runner: StepRunner) -> float:
-        """The data-free extension (``noise_batches``): participants distil from each other on Gaussian noise."""
+        """The data-free extension (``noise_batches``): participants distil from each other on Gaussian noise, the
+        aggregator's (``clients[0]``) peer work, as its mutual learning."""
         import torch
+
+        from lit_fl.steps.phase import ClientWork
 
         if len(clients) < 2:
             return float("nan")
@@ -166,6 +172,7 @@ class DFML(DecentralizedAlgorithm):
             bn_stats="current",
             temperature=self.temperature,
             optimizer=self.optimizer,
+            num_classes=federation.num_classes,
         )
         x = federation.data.train_x
         noise = steps.NoiseBatches(
@@ -176,5 +183,5 @@ class DFML(DecentralizedAlgorithm):
             runner.device,
             channels_last=x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last),
         )
-        return runner.train(step, noise)
+        return runner.run_phase([ClientWork(clients[0].id, step, noise, owners=tuple(c.id for c in clients))])[0].loss
 

@@ -18,7 +18,8 @@ density ``d`` (:func:`erk_densities`), one random mask per client with ``floor(d
    weights exactly zero after every step), ``local_epochs`` epochs at ``lr * lr_decay^(k - 1)``; then ``s_i = m_i``;
 4. mask update (:func:`prune_and_regrow`): per layer, prune the ``ceil(alpha_k * nnz)`` active weights of
    smallest magnitude, regrow as many inactive ones (just pruned included) of largest gradient magnitude, the
-   gradient of the loss on one batch at the trained weights; ``alpha_k`` cosine-annealed (:func:`prune_rate`).
+   gradient of the loss on one batch at the trained weights (a phase of the runner: :meth:`DisPFL.screen_gradients`);
+   ``alpha_k`` cosine-annealed (:func:`prune_rate`).
    The model keeps its trained weights (support ``s_i``): it is what is evaluated and what is sent next round.
 """
 
@@ -139,12 +140,13 @@ class DisPFL(Local):
                  for c in federation.clients]
         losses = phase_losses(runner.run_phase(works))
         rate = prune_rate(round_, self.anneal_factor, self.anneal_rounds)
+        screened = self.screen_gradients(federation, runner) if rate > 0 else {}
         changed = 0
         for client in federation.clients:  # s_i = m_i (what was trained), then m_i moves
             i = client.id
             self.support[i] = {k: m.clone() for k, m in self.masks[i].items()}
-            if rate > 0 and client.num_train > 0:
-                grads = self.screen_gradients(client, federation)
+            if i in screened:
+                grads = screened[i]
                 weights = {k: p.detach().cpu() for k, p in client.model.named_parameters()}
                 new = {k: prune_and_regrow(m, weights[k], grads[k].cpu(), rate) for k, m in self.masks[i].items()}
                 changed += sum(int((new[k] != self.masks[i][k]).sum()) for k in new)
@@ -174,26 +176,23 @@ class DisPFL(Local):
         return MaskedTraining(client.model, client.class_proportions, [self.masks[client.id][n] for n in names],
                               self.loss, optimizer)
 
-    def screen_gradients(self, client: Client, federation: Federation) -> dict[str, Tensor]:
-        """The gradient of the loss on one batch (the first of a fresh shuffle, ``rng.data_order``) at the client's
-        trained weights, every coordinate (the reference's ``screen_gradients``: the model in eval mode)."""
-        import torch
+    def screen_gradients(self, federation: Federation, runner: StepRunner) -> dict[int, dict[str, Tensor]]:
+        """Every client's (with a train sample) gradient of the loss on one batch (the first of a fresh shuffle,
+        ``rng.data_order``, drawn in client order) at its trained weights, every coordinate, by parameter name (the
+        reference's ``screen_gradients``: the model in eval mode): one phase of
+        :class:`~lit_fl.steps.gradient.GradientWork`."""
+        from lit_fl.steps.gradient import GradientWork
 
-        from lit_fl.losses import LOSSES
-
-        model = client.model
-        x, y = next(iter(self.batches(federation, client.train_idx, 1)))
-        device = next(model.parameters()).device
-        was_training = model.training
-        model.eval()
-        try:
-            names, params = zip(*model.named_parameters())
-            logits = model(x.to(device))
-            loss = LOSSES[self.loss](logits, y.to(device), client.class_proportions.float().to(device))
-            grads = torch.autograd.grad(loss, params)
-        finally:
-            model.train(was_training)
-        return {n: g.detach() for n, g in zip(names, grads)}
+        works: list[GradientWork | None] = []
+        for client in federation.clients:
+            if client.num_train == 0:
+                works.append(None)
+                continue
+            x, y = next(iter(self.batches(federation, client.train_idx, 1)))
+            works.append(GradientWork(client.id, client.model, x, y, client.class_proportions, self.loss))
+        names = [name for name, _ in federation.clients[0].model.named_parameters()]
+        return {work.client: dict(zip(names, result.value))
+                for work, result in zip(works, runner.run_phase(works)) if work is not None}
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -7,7 +7,8 @@ The clients exchange no weights: only their outputs on an unlabeled open (public
 2. Update: each client of ``S`` trains on its private data, ``local_epochs`` epochs (CE).
 3. Prediction and upload: on this round's open subset ``x_1..x_P`` (``public_size`` samples, all by default)
    client ``k`` computes its local logits ``p_k(x_j) = softmax(f_k(x_j))`` (DS-FL's "logits" are the softmax
-   outputs; eval mode) and sends them: ledger ``send(k, -1, Payload([P x classes]))``.
+   outputs; eval mode, a predict phase: :meth:`~lit_fl.algorithms.public_distillation.PublicDistillation.
+   public_scores`) and sends them: ledger ``send(k, -1, Payload([P x classes]))``.
 4. Aggregation (:func:`era`): ``t(x_j) = softmax((1/|S'|) sum_k p_k(x_j) / T)`` over the clients ``S'`` whose
    outputs arrived: ERA sharpens the average with ``T < 1`` (0.1: DS-FL's value); ``aggregation: sa`` is the simple
    average ``(1/|S'|) sum_k p_k`` (DS-FL's baseline aggregation).
@@ -37,7 +38,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from lit_fl.algorithms.base import RoundResult, nanmean, phase_losses
-from lit_fl.algorithms.public_distillation import PublicDistillation, class_scores
+from lit_fl.algorithms.public_distillation import PublicDistillation
 from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.algorithms.settings import FEDORION_CLIENTS
 from lit_fl.constraints import Fraction, Momentum, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
@@ -191,8 +192,8 @@ class DSFL(PublicDistillation):
         x = public[self.round_subset(federation, len(public)).to(public.device)]
 
         arrived, probs = [], []
-        for cid in selected:  # Prediction, Upload
-            p = torch.softmax(class_scores(federation.clients[cid].model, x), dim=-1)
+        for cid, scores in zip(selected, self.public_scores(federation, runner, selected, x)):  # Prediction, Upload
+            p = torch.softmax(scores, dim=-1)
             if ledger.send(cid, -1, Payload([p])):
                 arrived.append(cid)
                 probs.append(p)
@@ -203,8 +204,8 @@ class DSFL(PublicDistillation):
             if self.server_epochs > 0:  # the global model distils the global logits
                 step = steps.TargetDistillation(federation.server[GLOBAL], loss="kl", target="probabilities",
                                                 optimizer=self.server_optimizer)
-                server_loss = runner.train(step, self.target_batches(federation, x, target, self.server_batch_size,
-                                                                     self.server_epochs))
+                server_loss = runner.run_server_step(step, self.target_batches(
+                    federation, x, target, self.server_batch_size, self.server_epochs))
             for n, cid in enumerate(selected):  # Broadcast, Distillation
                 if ledger.give_back(-1, cid, Payload([target])):
                     works[n] = self.distill_work(cid, federation, x, target)

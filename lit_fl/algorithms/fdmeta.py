@@ -12,8 +12,9 @@ architecture, FedORION's WRN40 role, sec. 4.1) that learns by distillation alone
    ``federation.rng.algorithm`` (:func:`public_sample`: the meta-algorithm's uniform sampling; the paper's active
    sampling is not implemented).
 3. Local update: every client of ``S_t`` trains its model for ``local_epochs`` on its private data (CE, SGD).
-4. Knowledge extraction: client ``k`` computes its logits ``z_k(x)`` on ``P_t`` (model in eval mode) and uploads
-   them (ledger ``send(k, -1, Payload)``, ``|P_t| x C`` numbers).
+4. Knowledge extraction: client ``k`` computes its logits ``z_k(x)`` on ``P_t`` (model in eval mode; a predict
+   phase, :class:`~lit_fl.steps.predict.PredictWork`) and uploads them (ledger ``send(k, -1, Payload)``, ``|P_t| x C``
+   numbers).
 5. Aggregation (:func:`aggregate_logits`): ``z(x) = sum_k w_k z_k(x) / sum_k w_k`` over the clients whose logits
    arrived, ``w_k = 1`` (``aggregation: uniform``) or ``n_k`` (``samples``).
 6. Server KD: the global model ``g`` learns ``softmax(z / T)`` on ``P_t`` for ``server_epochs`` epochs of batches of
@@ -23,10 +24,11 @@ architecture, FedORION's WRN40 role, sec. 4.1) that learns by distillation alone
    each distills the same loss into its own model for ``distill_epochs`` epochs of batches of ``batch_size`` at the
    clients' SGD settings.
 
-Steps 3 and 7 are client phases (``ClientWork`` through ``runner.run_phase``; with ``trainer.fuse on`` each runs as
-one batched step, every client on its own batches: :class:`~lit_fl.steps.LocalTraining` and
+Steps 3, 4 and 7 are client phases through ``runner.run_phase``: 3 and 7 ``ClientWork`` (with ``trainer.fuse on`` each
+runs as one batched step, every client on its own batches: :class:`~lit_fl.steps.LocalTraining` and
 :class:`~lit_fl.steps.TargetDistillation`, for models without BatchNorm; the BatchNorm CNNs of
-``experiments/mnist5k/fdmeta.yaml`` run client by client); step 6 is ``runner.train``. All
+``experiments/mnist5k/fdmeta.yaml`` run client by client), 4 a predict phase (fused per architecture, BatchNorm
+included: eval mode); step 6 is a server step. All
 access to the public data is :meth:`FDmeta.public_inputs` (today the held-out unlabeled slice of the training set,
 ``data.proxy``: by default the held-out slice, ``data.server_fraction > 0``).
 
@@ -70,8 +72,6 @@ if TYPE_CHECKING:
 GLOBAL = "global"
 #: how the uploaded logits are weighted: equally, or by the clients' train sample counts
 LogitWeights = Literal["uniform", "samples"]
-#: samples per forward pass when a client computes its logits on the public subset (memory only, not the result)
-PREDICT_BATCH = 256
 
 
 def public_sample(num_public: int, size: int | None, rng: np.random.Generator) -> np.ndarray:
@@ -93,17 +93,6 @@ def aggregate_logits(logits: Sequence[Tensor], weights: Sequence[float]) -> Tens
     total = float(sum(weights))
     mean = sum(float(w) / total * z.double() for w, z in zip(weights, logits))
     return mean.to(logits[0].dtype)  # type: ignore[union-attr]
-
-
-def predict(model: nn.Module, x: Tensor, batch_size: int = PREDICT_BATCH) -> Tensor:
-    """Step 4: ``model``'s logits on ``x`` in eval mode (BatchNorm on its running statistics), without gradient;
-    the model's modes are restored afterwards."""
-    import torch
-
-    from lit_fl.steps.noise_distillation import teacher_mode
-
-    with torch.no_grad(), teacher_mode(model, "running"):
-        return torch.cat([model(x[s:s + batch_size]) for s in range(0, len(x), batch_size)]).detach()
 
 
 @register_algorithm
@@ -203,6 +192,7 @@ class FDmeta(Algorithm):
     ) -> RoundResult:
         from lit_fl.federation.ledger import Payload
         from lit_fl.steps.phase import ClientWork
+        from lit_fl.steps.predict import PredictWork
 
         selected = self.select(federation)
         public = self.public_inputs(federation)
@@ -213,11 +203,12 @@ class FDmeta(Algorithm):
 
         uploaded: list[Tensor] = []
         weights: list[float] = []
-        for k in selected:  # 4. knowledge extraction and upload
-            client = federation.clients[k]
-            if client.num_train == 0:
+        extracted = runner.run_phase([PredictWork(k, federation.clients[k].model, x)  # 4. knowledge extraction
+                                      if federation.clients[k].num_train > 0 else None for k in selected])
+        for k, result in zip(selected, extracted):  # and upload
+            client, z_k = federation.clients[k], result.value
+            if z_k is None:
                 continue
-            z_k = predict(client.model, x)
             if ledger.send(k, -1, Payload([z_k])):
                 uploaded.append(z_k)
                 weights.append(1.0 if self.aggregation == "uniform" else float(client.num_train))
@@ -230,7 +221,7 @@ class FDmeta(Algorithm):
         if self.server_epochs > 0:
             step = steps.TargetDistillation(federation.server[GLOBAL], loss="ce", target="logits",
                                             temperature=self.temperature, optimizer=self.server_optimizer)
-            kd_loss = runner.train(step, self.distill_batches(federation, x, z, self.server_batch_size,
+            kd_loss = runner.run_server_step(step, self.distill_batches(federation, x, z, self.server_batch_size,
                                                               self.server_epochs))
 
         works: list[ClientWork | None] = []  # 7. distribution and digest

@@ -159,7 +159,7 @@ class FedDF(ServerAlgorithm):
                                           total_steps=self.distill_steps if self.cosine else None)
         batches = proxy_batches(federation.proxy, self.distill_batch_size, self.distill_steps,
                                 federation.rng.data_order)
-        return runner.train(step, batches)
+        return runner.run_server_step(step, batches)
 
     # -- checkpoint --------------------------------------------------------------------------------------
 

@@ -194,7 +194,7 @@ class FedKEMF(ServerAlgorithm):
                                        temperature=self.temperature, optimizer=self.server_optimizer)
         dummy = torch.zeros(len(x), dtype=torch.long, device=x.device)
         batches = tensor_batches(x, dummy, self.server_batch_size, federation.rng.data_order, self.server_epochs)
-        return runner.train(step, batches)
+        return runner.run_server_step(step, batches)
 
     # -- checkpoint --------------------------------------------------------------------------------------
 

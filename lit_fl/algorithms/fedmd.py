@@ -9,8 +9,8 @@ training"):
 1. ``S``: ``round(client_fraction * N)`` clients drawn from ``federation.rng.selection`` (FedORION sec. 4.2.1: 30%;
    FedMD lets every party take part).
 2. Communicate: on this round's public subset ``x_1..x_P`` (``public_size`` samples, all by default) every client
-   ``k`` of ``S`` computes its class scores ``f_k(x_j)`` (logits, eval mode) and sends them to the server: ledger
-   ``send(k, -1, Payload([P x classes]))``.
+   ``k`` of ``S`` computes its class scores ``f_k(x_j)`` (logits, eval mode: a predict phase) and sends them to the
+   server: ledger ``send(k, -1, Payload([P x classes]))``.
 3. Aggregate (:func:`consensus`): ``f~(x_j) = 1/|S'| sum_{k in S'} f_k(x_j)`` over the clients ``S'`` whose scores
    arrived.
 4. Distribute: the server sends the consensus to every client of ``S`` (``give_back(-1, k, Payload)``).
@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from lit_fl.algorithms.base import RoundResult, nanmean, phase_losses
-from lit_fl.algorithms.public_distillation import PublicDistillation, class_scores
+from lit_fl.algorithms.public_distillation import PublicDistillation
 from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.algorithms.settings import FEDORION_CLIENTS
 from lit_fl.constraints import Fraction, NonNegativeInt, PositiveInt
@@ -132,8 +132,7 @@ class FedMD(PublicDistillation):
         x = public[self.round_subset(federation, len(public)).to(public.device)]
 
         arrived, scores = [], []
-        for cid in selected:  # Communicate
-            score = class_scores(federation.clients[cid].model, x)
+        for cid, score in zip(selected, self.public_scores(federation, runner, selected, x)):  # Communicate
             if ledger.send(cid, -1, Payload([score])):
                 arrived.append(cid)
                 scores.append(score)

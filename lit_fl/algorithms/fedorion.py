@@ -280,7 +280,7 @@ class FedORION(ServerAlgorithm):
             channels_last=memory_format(server) == torch.channels_last,
             kind=self.noise,
         )
-        return runner.train(step, noise)
+        return runner.run_server_step(step, noise)
 
     # -- checkpoint --------------------------------------------------------------------------------------
 

@@ -45,8 +45,10 @@ from lit_fl.errors import ConfigError
 from lit_fl.federation.selection import select_fraction
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import torch
-    from torch import Tensor, nn
+    from torch import Tensor
 
     from lit_fl.data.batches import ClientBatches
     from lit_fl.federation.ledger import CommunicationLedger
@@ -101,22 +103,6 @@ def update_coefficients(coefficients: Tensor, soft: Tensor, lr: float, kl_weight
         loss = coefficient_loss(c, soft.detach().double(), kl_weight, rho)
         (grad,) = torch.autograd.grad(loss, c)
     return project_rows_to_simplex(c.detach() - lr * grad).to(coefficients.dtype)
-
-
-def soft_predictions(model: nn.Module, x: Tensor, temperature: float, batch_size: int = 256) -> Tensor:
-    """``softmax(f(x) / T)`` in eval mode (no gradient), chunk by chunk; float32 on ``x``'s device."""
-    import torch
-
-    was_training = model.training
-    model.eval()
-    param = next(model.parameters())
-    try:
-        with torch.no_grad():
-            out = [torch.softmax(model(x[i:i + batch_size].to(param.device)).float() / temperature, dim=-1)
-                   for i in range(0, len(x), batch_size)]
-    finally:
-        model.train(was_training)
-    return torch.cat(out).to(x.device)
 
 
 def distilled_positions(soft: Tensor, x: Tensor) -> Tensor:
@@ -224,8 +210,7 @@ class KTpFL(Algorithm):
         x = self.public_inputs(federation)
         arrived: list[int] = []
         soft: list[Tensor] = []
-        for client in clients:
-            s = soft_predictions(client.model, x, self.temperature)
+        for client, s in zip(clients, self.soft_predictions(clients, x, runner)):
             if ledger.send(client.id, -1, Payload([s])):  # s_n: public_size x classes
                 arrived.append(client.id)
                 soft.append(s)
@@ -254,6 +239,16 @@ class KTpFL(Algorithm):
             train_loss=nanmean(losses),
             extra={"kd_loss": nanmean(kd_losses), "coef_self": float(a.diagonal().mean())},
         )
+
+    def soft_predictions(self, clients: Sequence[Client], x: Tensor, runner: StepRunner) -> list[Tensor]:
+        """Every client's ``s_n = softmax(f_n(x) / T)`` on the public inputs (float32, on ``x``'s device): the logits
+        of one predict phase (eval mode, no gradient)."""
+        import torch
+
+        from lit_fl.steps.predict import PredictWork
+
+        results = runner.run_phase([PredictWork(c.id, c.model, x) for c in clients])
+        return [torch.softmax(r.value.float() / self.temperature, dim=-1).to(x.device) for r in results]
 
     def distill_work(self, client: Client, x: Tensor, target: Tensor, federation: Federation) -> ClientWork | None:
         """``distill_epochs`` of ``lambda T^2 KL(t_n || softmax(f_n(x) / T))`` on the public inputs."""

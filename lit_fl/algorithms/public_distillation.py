@@ -14,27 +14,14 @@ from lit_fl.algorithms.requirements import PROXY_DATA, SERVER_BASED
 from lit_fl.federation.selection import select_fraction
 
 if TYPE_CHECKING:
-    from torch import Tensor, nn
+    from collections.abc import Sequence
+
+    from torch import Tensor
 
     from lit_fl.data.batches import ClientBatches
     from lit_fl.federation.state import Federation
+    from lit_fl.steps.runner import StepRunner
 
-#: samples per forward pass when the clients score the public data (memory only: no effect on the values)
-SCORE_BATCH = 256
-
-
-def class_scores(model: nn.Module, x: Tensor, batch: int = SCORE_BATCH) -> Tensor:
-    """``model``'s logits on ``x`` (``len(x) x classes``, float32) in eval mode (BatchNorm on its running
-    statistics, no dropout) and without gradients; the model's training mode is restored."""
-    import torch
-
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            return torch.cat([model(x[i:i + batch]).float() for i in range(0, len(x), batch)])
-    finally:
-        model.train(was_training)
 
 
 class PublicDistillation(Algorithm):
@@ -55,6 +42,15 @@ class PublicDistillation(Algorithm):
         """THE access to the public data: its inputs, ``P x C x H x W`` (``data.proxy``, ``federation.proxy``; by
         default the held-out slice of the train set, ``data.server_fraction``, whose labels are never read)."""
         return federation.proxy
+
+    def public_scores(self, federation: Federation, runner: StepRunner, clients: Sequence[int],
+                      x: Tensor) -> list[Tensor]:
+        """Every one of ``clients``' class scores on the public inputs ``x`` (logits ``len(x) x classes``, float32),
+        in eval mode without gradients: one predict phase (:class:`~lit_fl.steps.predict.PredictWork`)."""
+        from lit_fl.steps.predict import PredictWork
+
+        works = [PredictWork(cid, federation.clients[cid].model, x) for cid in clients]
+        return [result.value.float() for result in runner.run_phase(works)]
 
     def round_subset(self, federation: Federation, size: int) -> Tensor:
         """The indices (into :meth:`public_inputs`) of this round's public subset: all ``size`` samples in order

@@ -100,9 +100,10 @@ class UAPDFL(FedPer):
         param = next(federation.clients[0].model.parameters())
         return unit_input(federation.data.input_shape, param.device, param.dtype)
 
-    def representations(self, federation: Federation, x_unit: Tensor) -> dict[int, tuple[Tensor, Tensor]]:
-        """``(I, I_aux)`` of every client's current model (Eq. 5 and 11)."""
-        return {c.id: unit_representations(c.model, x_unit, self.split) for c in federation.clients}
+    def representations(self, federation: Federation, runner: StepRunner,
+                        x_unit: Tensor) -> dict[int, tuple[Tensor, Tensor]]:
+        """``(I, I_aux)`` of every client's current model (Eq. 5 and 11), one predict phase."""
+        return unit_representations(runner, {c.id: c.model for c in federation.clients}, x_unit, self.split)
 
     def run_round(
         self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger
@@ -110,7 +111,7 @@ class UAPDFL(FedPer):
         if not self.feature_keys:
             self.prepare(federation)
         x_unit = self.make_unit_input(federation)
-        reps = self.representations(federation, x_unit)
+        reps = self.representations(federation, runner, x_unit)
         snapshot = snapshot_states(federation)
         queues = self.draw_queues(federation, ledger)
         dropouts = personalised = merged_classifiers = 0

@@ -7,7 +7,7 @@ model into a feature extractor ``g`` and a personalised classifier ``h`` (sec. 3
   normalised tensors (the paper's code feeds ``torch.ones`` straight to the network as well; a raw all-ones
   image would be ``(1 - mean) / std`` after normalisation, a different constant per dataset). All clients
   share it without negotiation, which is the point of Eq. 4.
-* ``I_m = softmax(f_m(X_unit))`` (Eq. 5), computed in eval mode without gradients.
+* ``I_m = softmax(f_m(X_unit))`` (Eq. 5), computed in eval mode without gradients (a predict phase of the runner).
 * ``I_m^Aux = g_m(X_unit)`` (Eq. 11), the flattened input of the classifier ``h``.
 * ``Div(i, j) = 0.5 KL(I_i || I_j) + 0.5 KL(I_j || I_i)`` (Eq. 6-7), probabilities clamped at ``eps`` so a
   saturated softmax (an exact 0) gives a finite value.
@@ -15,8 +15,7 @@ model into a feature extractor ``g`` and a personalised classifier ``h`` (sec. 3
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from lit_fl.errors import ConfigError
@@ -24,6 +23,8 @@ from lit_fl.errors import ConfigError
 if TYPE_CHECKING:
     import torch
     from torch import Tensor, nn
+
+    from lit_fl.steps.runner import StepRunner
 
 
 
@@ -107,33 +108,20 @@ class ModelSplit:
         return self.forward_with_features(model, x)[1]
 
 
-def unit_representations(model: nn.Module, x_unit: Tensor, split: ModelSplit) -> tuple[Tensor, Tensor]:
-    """``(I, I_aux)`` of one model: ``softmax(model(X_unit))`` (Eq. 5) and the flattened ``g(X_unit)``
-    (Eq. 11), float32 vectors, computed in eval mode without gradients (the model's mode is restored)."""
+def unit_representations(
+    runner: StepRunner, models: Mapping[int, nn.Module], x_unit: Tensor, split: ModelSplit
+) -> dict[int, tuple[Tensor, Tensor]]:
+    """``(I, I_aux)`` of every client's model (``models``: client -> model): ``softmax(model(X_unit))`` (Eq. 5) and
+    the flattened ``g(X_unit)`` (Eq. 11), float32 vectors, from one predict phase (eval mode, no gradient; fused per
+    architecture under ``trainer.fuse``)."""
     import torch
 
-    with _eval_mode(model), torch.no_grad():
-        logits, features = split.forward_with_features(model, x_unit)
-    return torch.softmax(logits.float(), dim=1)[0], features[0].float()
+    from lit_fl.steps.predict import PredictWork
 
-
-def unit_representation(model: nn.Module, x_unit: Tensor) -> Tensor:
-    """``I = softmax(model(X_unit))`` (Eq. 5) of any classifier, in eval mode without gradients."""
-    import torch
-
-    with _eval_mode(model), torch.no_grad():
-        logits = model(x_unit)
-    return torch.softmax(logits.float(), dim=1)[0]
-
-
-@contextmanager
-def _eval_mode(model: nn.Module) -> Iterator[None]:
-    was_training = model.training
-    model.eval()
-    try:
-        yield
-    finally:
-        model.train(was_training)
+    works = [PredictWork(client, model, x_unit, split.forward_with_features) for client, model in models.items()]
+    results = runner.run_phase(works)
+    return {work.client: (torch.softmax(r.value[0].float(), dim=1)[0], r.value[1][0].float())
+            for work, r in zip(works, results)}
 
 
 def kl(p: Tensor, q: Tensor, eps: float = 1e-8) -> Tensor:

@@ -171,9 +171,9 @@ class BatchedClientStep(L.LightningModule):
 
     @contextmanager
     def fused(self) -> Iterator[None]:
-        """The phase (:meth:`StepRunner.fit` runs it inside this block): PyTorch's own convolutions on a CPU (see
-        :func:`~lit_fl.steps.fusion.native_cpu_convolutions`); on exit every client not copied back yet gets its
-        trained weights."""
+        """The phase (the runner's automatic-optimisation loop runs it inside this block): PyTorch's own
+        convolutions on a CPU (see :func:`~lit_fl.steps.fusion.native_cpu_convolutions`); on exit every client not
+        copied back yet gets its trained weights."""
         try:
             with native_cpu_convolutions(self.active.device):
                 yield

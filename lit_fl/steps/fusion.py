@@ -144,9 +144,10 @@ class FusedModels(nn.Module):
         buffers = dict(zip(self.buffer_names, self._buffers_list()))
         return vmap(one, in_dims=(0, 0, 0 if per_model else None), randomness="error")(params, buffers, x)
 
-    def apply_in_eval(self, fn: Callable[[nn.Module, Tensor], Tensor], x: Tensor) -> Tensor:
+    def apply_in_eval(self, fn: Callable[[nn.Module, Tensor], Tensor], x: Tensor, per_model: bool = False) -> Tensor:
         """``fn(model_g, x)`` of every model with the model in eval mode (BatchNorm on its running statistics,
-        dropout off), gradients on, stacked ``[G, ...]``: e.g. UA-PDFL's features of ``X_unit``."""
+        dropout off), gradients on, stacked ``[G, ...]`` (per position when ``fn`` returns a tuple): e.g. UA-PDFL's
+        features of ``X_unit``; with ``per_model`` each model on its own ``x[g]``."""
         from torch.func import functional_call, vmap
 
         applied = _Applied(self.__dict__["template"], fn).eval()
@@ -156,6 +157,11 @@ class FusedModels(nn.Module):
         def one(params: dict[str, Tensor], buffers: dict[str, Tensor]) -> Tensor:
             return functional_call(applied, (params, buffers), (x,))
 
+        def own(params: dict[str, Tensor], buffers: dict[str, Tensor], inputs: Tensor) -> Tensor:
+            return functional_call(applied, (params, buffers), (inputs,))
+
+        if per_model:
+            return vmap(own, in_dims=(0, 0, 0), randomness="error")(params, buffers, x)
         return vmap(one, in_dims=(0, 0), randomness="error")(params, buffers)
 
     def _fused_layers(self, x: Tensor, per_model: bool) -> Tensor:

@@ -19,7 +19,9 @@ class NoiseBatches:
 
     ``z`` is drawn on the CPU from ``generator`` (identical on every device, so a resumed run draws the same
     noise) and moved to ``device``; ``dummy`` is an empty label tensor (the steps ignore it). Iterating twice
-    draws fresh noise: the generator advances.
+    draws fresh noise: the generator advances. As a client work's batches (:class:`~lit_fl.steps.phase.ClientWork`)
+    :meth:`plan` draws the pass (every process, in the works' order: the host then holds the pass's noise) and
+    :meth:`cut` moves a batch to the device: the batches iterating gives.
     """
 
     def __init__(
@@ -45,6 +47,7 @@ class NoiseBatches:
         self.generator, self.device = generator, torch.device(device)
         self.channels_last = channels_last and len(self.shape) == 3
         self.kind: NoiseKind = kind
+        self._dummy: Tensor | None = None
 
     def draw(self) -> Tensor:
         """One batch on the CPU, from the generator."""
@@ -56,9 +59,19 @@ class NoiseBatches:
         return self.steps
 
     def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
-        dummy = torch.empty(0, dtype=torch.long, device=self.device)
         for _ in range(self.steps):
-            z = self.draw().to(self.device)
-            if self.channels_last:
-                z = z.contiguous(memory_format=torch.channels_last)
-            yield z, dummy
+            yield self.cut(self.draw())
+
+    def plan(self) -> list[Tensor]:
+        """One pass's noise on the CPU, drawn from the generator as iterating draws it."""
+        return [self.draw() for _ in range(self.steps)]
+
+    def cut(self, planned: Tensor) -> tuple[Tensor, Tensor]:
+        """A batch of drawn noise on the device (channels last when asked), with the empty label tensor (one per
+        instance)."""
+        z = planned.to(self.device)
+        if self.channels_last:
+            z = z.contiguous(memory_format=torch.channels_last)
+        if self._dummy is None:
+            self._dummy = torch.empty(0, dtype=torch.long, device=self.device)
+        return z, self._dummy

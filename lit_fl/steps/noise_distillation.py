@@ -8,7 +8,8 @@
   (soft-target cross-entropy, teacher detached; ``n_i`` = the teacher's sample count).
 * :class:`MutualNoiseDistillation` - every participant is a student of the others on noise, the teachers
   weighted like DFML Eq. 3 (used by DFML's data-free ``noise_batches`` extension, not part of the DFML paper).
-* :class:`~lit_fl.steps.noise.NoiseBatches` - the iterable of ``(z, dummy)`` batches handed to ``StepRunner.fit``.
+* :class:`~lit_fl.steps.noise.NoiseBatches` - the iterable of ``(z, dummy)`` batches handed to
+  ``StepRunner.run_server_step`` (or a client work's batches).
 
 BatchNorm of the teachers (``bn_stats``):
 
@@ -49,6 +50,7 @@ from lit_fl.losses import at_least_float32, peer_losses, teacher_weight_matrix
 from lit_fl.steps.distillation import distilled_rows
 from lit_fl.steps.noise import NoiseBatches
 from lit_fl.steps.optim import SGDConfig
+from lit_fl.steps.peer_learning import PeerLearningStep
 
 __all__ = [
     "BN_STATS",
@@ -240,7 +242,7 @@ class NoiseDistillation(L.LightningModule):
         return self.optimizer_config.build(self.student.parameters())
 
 
-class MutualNoiseDistillation(L.LightningModule):
+class MutualNoiseDistillation(PeerLearningStep):
     """Every trainable participant ``n`` learns from all the others on noise::
 
         L_n = sum_{q != n} w_{q|n} CE(softmax(z_q), z_n),   w_{q|n} = Phi_q / sum_{u != n} Phi_u
@@ -251,6 +253,12 @@ class MutualNoiseDistillation(L.LightningModule):
     serve as teachers. ``L_n`` depends on ``W_n`` alone, so one backward of ``sum_n L_n`` gives every
     participant its own gradient and one SGD over all trainable parameters equals one SGD per participant.
     Running statistics of every participant stay as they were (they come from real data).
+
+    A :class:`~lit_fl.steps.peer_learning.PeerLearningStep`: as DFML's mutual learning, a peer work of the phase
+    runner (each process computes its own participants, the logits are exchanged per batch), and under
+    ``trainer.fuse`` the trainable participants of one architecture without BatchNorm (whose teacher mode is plain
+    eval mode) run as one fused module. ``num_classes``: the width of the logits (needed by a process that computes
+    none of the participants; default: inferred where a process computes one).
     """
 
     def __init__(
@@ -262,43 +270,42 @@ class MutualNoiseDistillation(L.LightningModule):
         bn_stats: BNStats = "current",
         temperature: float = 1.0,
         optimizer: SGDConfig | None = None,
+        num_classes: int = 0,
     ) -> None:
-        super().__init__()
         _check_bn_stats(bn_stats)
         if len(models) < 2:
             raise ValueError("MutualNoiseDistillation needs at least two models")
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
-        self.models = nn.ModuleList(models)
-        self.trainable = list(trainable) if trainable is not None else [True] * len(models)
-        if len(self.trainable) != len(models) or not any(self.trainable):
+        flags = list(trainable) if trainable is not None else [True] * len(models)
+        if len(flags) != len(models) or not any(flags):
             raise ValueError("trainable must give one flag per model, at least one True")
+        super().__init__(models, torch.ones(num_classes), flags, "ce", optimizer)
         #: ``W[n, q]``, DFML Eq. 3's weight of teacher ``q`` for student ``n``
         self.register_buffer("weights", teacher_weight_matrix(num_params, weighted), persistent=False)
-        learners = [n for n, t in enumerate(self.trainable) if t]
-        self.register_buffer("learners", torch.tensor(learners), persistent=False)
         self.bn_stats: BNStats = bn_stats
         self.temperature = float(temperature)
-        self.optimizer_config = optimizer or SGDConfig()
-        self.loss_sum = torch.zeros(())
-        self.num_batches = 0
 
-    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
-        z, _ = batch
-        logits = []
-        for model, trainable in zip(self.models, self.trainable):
-            with teacher_mode(model, self.bn_stats), torch.set_grad_enabled(trainable):
-                logits.append(model(z))
-        losses = peer_losses(torch.stack(logits), None, self.weights, temperature=self.temperature,
-                             teacher_entropy=False)
-        total = losses.index_select(0, self.learners).sum()
-        self.loss_sum = self.loss_sum.to(total.device) + total.detach()
-        self.num_batches += 1
-        return total
+    def peer_losses(self, logits: Tensor, y: Tensor) -> Tensor:
+        """Every participant's ``L_n`` given the stacked logits ``[N, B, C]`` on the noise batch (``y`` unused)."""
+        return peer_losses(logits, None, self.weights, temperature=self.temperature, teacher_entropy=False)
 
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        params = [p for m, t in zip(self.models, self.trainable) if t for p in m.parameters()]
-        return self.optimizer_config.build(params)
+    def _logits(self, n: int, x: Tensor) -> Tensor:
+        """Participant ``n``'s logits in teacher mode, with gradient when it learns."""
+        model = self.models[n]
+        with teacher_mode(model, self.bn_stats), torch.set_grad_enabled(self.trainable[n]):
+            return model(x)
+
+    def batch_shape(self, x: Tensor, y: Tensor) -> tuple[int, ...]:
+        """The noise batch's size (its labels are an empty tensor)."""
+        return (x.shape[0],)
+
+    def fusable(self, n: int) -> bool:
+        """Only participants without BatchNorm fuse: their teacher mode is eval mode, whose arithmetic a fused module
+        in train mode shares (a BatchNorm would normalise by, and track, the wrong statistics)."""
+        from lit_fl.steps.batched import per_sample
+
+        return per_sample(self.models[n])
 
 
 def _check_bn_stats(bn_stats: str) -> None:

@@ -109,7 +109,7 @@ class PeerLearningStep(L.LightningModule):
         assert self.local is not None and self._all_reduce is not None
         own, rows = self._own_logits(x)
         reference = next(iter(own.values()), None)
-        shared = x.new_zeros((len(self.models), *y.shape, self.num_outputs(own)), dtype=torch.float32)
+        shared = x.new_zeros((len(self.models), *self.batch_shape(x, y), self.num_outputs(own)), dtype=torch.float32)
         for index, z in rows:
             shared.index_copy_(0, index, z.detach().float())
         self._all_reduce(shared)
@@ -142,6 +142,16 @@ class PeerLearningStep(L.LightningModule):
                 own[n] = self._logits(n, x)
                 rows.append((torch.tensor([n], device=x.device), own[n].unsqueeze(0)))
         return own, rows
+
+    def batch_shape(self, x: Tensor, y: Tensor) -> tuple[int, ...]:
+        """The shape of a batch's logits without the class axis: the labels' (``[B]``, or ``[B, T]`` for token
+        sequences)."""
+        return tuple(y.shape)
+
+    def fusable(self, n: int) -> bool:
+        """Whether model ``n`` may run in a fused module (:meth:`fused`; besides being a trainable, deterministic
+        model of this process)."""
+        return True
 
     def num_outputs(self, own: dict[int, Tensor]) -> int:
         """Classes of the logits (a local model's output width, else the length of the class proportions)."""
@@ -180,7 +190,8 @@ class PeerLearningStep(L.LightningModule):
         models of the same settings. Sharded over processes (:meth:`shard`), each process fuses its own students.
         """
         settings = [own or self.optimizer_config for own in self.model_optimizers]
-        candidates = [t and (self.local is None or self.local[n]) for n, t in enumerate(self.trainable)]
+        candidates = [t and (self.local is None or self.local[n]) and self.fusable(n)
+                      for n, t in enumerate(self.trainable)]
         groups = [g for key in dict.fromkeys(map(_settings_key, settings))
                   for g in fusion_groups(self.models, [c and _settings_key(o) == key
                                                        for c, o in zip(candidates, settings)])]

@@ -137,3 +137,58 @@ class Placement:
         tensor = torch.tensor(mine, dtype=torch.float64, device=device)
         torch.distributed.all_reduce(tensor, op=torch.distributed.ReduceOp.SUM)
         return [float(v) for v in tensor.cpu()]
+
+    def share_tensors(self, values: Sequence[Value | None], sources: Sequence[int],
+                      device: torch.device) -> list[Value]:
+        """``values[i]`` (a tensor or a tuple of tensors, on ``device``) as computed on rank ``sources[i]``, on every
+        rank (exact): their shapes and dtypes travel first (one object all-gather), then one broadcast per source rank
+        and dtype."""
+        if not self.distributed:
+            return list(values)  # type: ignore[arg-type]
+        import torch.distributed as dist
+
+        mine = {i: _layout(v) for i, (v, s) in enumerate(zip(values, sources)) if s == self.rank and v is not None}
+        gathered: list[dict[int, tuple[bool, list[tuple[tuple[int, ...], torch.dtype]]]] | None] = \
+            [None] * self.world_size
+        dist.all_gather_object(gathered, mine)
+        layouts = {i: layout for part in gathered for i, layout in (part or {}).items()}
+        leaves = {i: list(_leaves(values[i])) if sources[i] == self.rank else
+                  [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in layouts[i][1]]
+                  for i in sorted(layouts)}
+        for src in sorted(set(sources)):
+            by_dtype: dict[torch.dtype, list[Tensor]] = {}
+            for i in sorted(layouts):
+                if sources[i] == src:
+                    for t in leaves[i]:
+                        by_dtype.setdefault(t.dtype, []).append(t)
+            for dtype in sorted(by_dtype, key=str):
+                _broadcast_flat(by_dtype[dtype], src, self.rank == src)
+        return [(tuple(leaves[i]) if layouts[i][0] else leaves[i][0]) if i in layouts else None  # type: ignore[misc]
+                for i in range(len(values))]
+
+
+#: what a value work returns (:func:`lit_fl.steps.predict.run_value_phase`): a tensor or a tuple of tensors
+Value = Tensor | tuple[Tensor, ...]
+
+
+def _leaves(value: Value) -> tuple[Tensor, ...]:
+    return value if isinstance(value, tuple) else (value,)
+
+
+def _layout(value: Value) -> tuple[bool, list[tuple[tuple[int, ...], torch.dtype]]]:
+    """Whether ``value`` is a tuple, and its tensors' shapes and dtypes."""
+    return isinstance(value, tuple), [(tuple(t.shape), t.dtype) for t in _leaves(value)]
+
+
+def _broadcast_flat(tensors: list[Tensor], src: int, is_src: bool) -> None:
+    """Broadcast ``tensors`` (one dtype, one device) from ``src`` as one flat tensor, written into them elsewhere."""
+    flat = torch.cat([t.detach().reshape(-1) for t in tensors]) if is_src else \
+        torch.empty(sum(t.numel() for t in tensors), dtype=tensors[0].dtype, device=tensors[0].device)
+    torch.distributed.broadcast(flat, src=src)
+    if is_src:
+        return
+    offset = 0
+    with torch.no_grad():
+        for t in tensors:
+            t.copy_(flat[offset : offset + t.numel()].view(t.shape))
+            offset += t.numel()

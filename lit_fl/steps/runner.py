@@ -1,9 +1,11 @@
 """``StepRunner``: the one place that owns Lightning (Fabric), devices and precision.
 
-Algorithms never touch a Trainer; they hand a step (a LightningModule) and its batches to
-:meth:`StepRunner.fit`. The runner follows Lightning's automatic-optimisation contract: it calls the step's
-``configure_optimizers`` once, then per batch ``training_step`` -> ``backward`` -> ``optimizer.step`` ->
-``zero_grad``, so the same step also runs unchanged under ``lightning.Trainer`` (see the tests). Lightning
+Algorithms never touch a Trainer; they hand the runner client work (:meth:`StepRunner.run_phase`: every client's
+training, predictions or gradients, placed, fused and broadcast) or a server step and its batches
+(:meth:`StepRunner.run_server_step`), its whole public surface. Every step runs through one loop that follows
+Lightning's automatic-optimisation contract: it calls the step's ``configure_optimizers`` once, then per batch
+``training_step`` -> ``backward`` -> ``optimizer.step`` -> ``zero_grad``, so the same step also runs unchanged
+under ``lightning.Trainer`` (see the tests). Lightning
 Fabric provides the accelerator, mixed precision (autocast, gradient scaling for ``16-mixed``) and device
 placement with far less per-call overhead than building a Trainer for every client phase.
 """
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
     import lightning as L
 
     from lit_fl.steps.phase import ClientWork, WorkResult
+    from lit_fl.steps.predict import ValueWork
 
 
 class StepRunner:
@@ -36,7 +39,8 @@ class StepRunner:
     gloo on CPU, NCCL on GPU) Lightning Fabric launches one process per device, or joins the process group that
     torchrun or SLURM started; every process runs the same round loop and :attr:`placement` says which client
     each one computes (:mod:`lit_fl.steps.placement`). Client phases go through :meth:`run_phase`
-    (:mod:`lit_fl.steps.phase`): placed on ranks, fused where they can, run dry elsewhere.
+    (:mod:`lit_fl.steps.phase`): placed on ranks, fused where they can, run dry elsewhere; a server's step through
+    :meth:`run_server_step`.
     """
 
     def __init__(
@@ -85,72 +89,32 @@ class StepRunner:
         self.placement = Placement(costs, self.fabric.global_rank, self.fabric.world_size)
         return self.placement
 
-    def run_phase(self, works: Sequence[ClientWork | None]) -> list[WorkResult]:
+    def run_phase(self, works: Sequence[ClientWork | ValueWork | None]) -> list[WorkResult]:
         """Run one client phase: every client's :class:`~lit_fl.steps.phase.ClientWork` (None: the client has
-        nothing to do). See :func:`lit_fl.steps.phase.run_phase`."""
+        nothing to do), or every client's value work (:class:`~lit_fl.steps.predict.PredictWork`: its model's
+        outputs). See :func:`lit_fl.steps.phase.run_phase`."""
         from lit_fl.steps.phase import run_phase
 
         return run_phase(self, works)
 
-    def fit(
-        self,
-        step: L.LightningModule,
-        batches: Iterable[tuple[Tensor, Tensor]],
-        owners: Sequence[int] | None = None,
-    ) -> L.LightningModule:
-        """Train ``step`` for one pass over ``batches``; the step's models are updated in place.
-
-        Several processes: ``owners`` names the client of each of the step's models (a
-        :class:`~lit_fl.steps.PeerLearningStep`); the clients are balanced over the ranks, every rank runs its
-        share and the models are broadcast by the ranks that trained them. A step without ``owners`` (a server's
-        step) runs on every rank and takes rank 0's result. Client phases go through :meth:`run_phase`.
-        """
-        self._fit_owned(step, batches, owners)
-        return step
-
-    def train(
-        self,
-        step: L.LightningModule,
-        batches: Iterable[tuple[Tensor, Tensor]],
-        owners: Sequence[int] | None = None,
-    ) -> float:
-        """:meth:`fit`, then the phase's mean loss per batch (:func:`phase_loss`). 0.0 for a phase without a
-        batch."""
-        return phase_loss(step, self._fit_owned(step, batches, owners))
-
-    def _fit_owned(
-        self, step: L.LightningModule, batches: Iterable[tuple[Tensor, Tensor]], owners: Sequence[int] | None
-    ) -> list[Tensor]:
-        if not self.placement.distributed:
-            return self.fit_here(step, batches)
-        if owners is None:
-            returned = self.fit_here(step, batches)
+    def run_server_step(self, step: L.LightningModule, batches: Iterable[tuple[Tensor, ...]]) -> float:
+        """Train a step nobody owns (a server's or a method's global model: FedDF's ensemble distillation,
+        FedORION's noise distillation) for one pass over ``batches``, its models updated in place; returns the
+        phase's mean loss per batch (:func:`phase_loss`; 0.0 without a batch). Several processes: it runs on every
+        process and rank 0's models and loss are broadcast, so replicas cannot drift even where a GPU kernel is not
+        deterministic. Client work goes through :meth:`run_phase`."""
+        returned = self._fit_here(step, batches)
+        if self.placement.distributed:
             self.placement.broadcast_module(step, src=0)
             if has_loss_counter(step):
                 step.loss_sum = torch.tensor(self.placement.share_values([float(step.loss_sum)], [0], self.device)[0])
-            return returned
-        ranks = self._owner_ranks(step, owners)
-        step.shard([r == self.placement.rank for r in ranks], self.placement.all_reduce_sum)
-        returned = self.fit_here(step, batches)
-        step.gather_losses(self.placement.all_reduce_sum)
-        for model, rank, trainable in zip(step.models, ranks, step.trainable):
-            if trainable:
-                self.placement.broadcast_module(model, src=rank)
-        return returned
+        return phase_loss(step, returned)
 
-    def _owner_ranks(self, step: L.LightningModule, owners: Sequence[int]) -> list[int]:
-        """The rank of each of a peer step's models: by client cost, or fused, whole architectures per rank (each
-        rank then launches the kernels of its own architectures only: :meth:`Placement.assign_kinds`)."""
-        if not self.fuse:
-            return self.placement.assign(owners)
-        from lit_fl.steps.fusion import signature
-
-        return self.placement.assign_kinds(owners, [signature(m) for m in step.models])
-
-    def fit_here(self, step: L.LightningModule, batches: Iterable[tuple[Tensor, Tensor]]) -> list[Tensor]:
+    def _fit_here(self, step: L.LightningModule, batches: Iterable[tuple[Tensor, ...]]) -> list[Tensor]:
         """Lightning's automatic optimisation of ``step`` over ``batches`` in this process (fused when the step
         has a fused phase and ``trainer.fuse`` is on); returns what ``training_step`` returned, per batch, for
-        a step without its own loss counter (:func:`phase_loss`)."""
+        a step without its own loss counter (:func:`phase_loss`). The one loop every client and server step runs
+        through (:func:`lit_fl.steps.phase.run_phase`, :meth:`run_server_step`)."""
         if not _on_device(step, self.device):
             step = step.to(self.device)
         step.train()
@@ -183,7 +147,7 @@ class StepRunner:
         return self.placement.any(flag, self.device)
 
     def autocast(self):  # noqa: ANN201 - a context manager
-        """The precision context for forward passes outside :meth:`fit` (evaluation)."""
+        """The precision context of forward passes outside training (evaluation, predict phases)."""
         return self.fabric.autocast()
 
 
