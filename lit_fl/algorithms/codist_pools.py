@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from lit_fl.algorithms.global_model import memory_format
 from lit_fl.errors import ConfigError
 from lit_fl.models import create_model
 
 if TYPE_CHECKING:
-    import torch
     from torch import Tensor, nn
 
     from lit_fl.federation.state import Client, Federation
@@ -64,7 +64,7 @@ def large_server_model(arch: str, federation: Federation) -> nn.Module:
         torch.manual_seed(federation.seed * 1_000 + 998)
         large = create_model(arch, federation.data.input_shape, federation.num_classes)
     param = next(first.parameters())
-    return large.to(param.device, memory_format=_memory_format(first))
+    return large.to(param.device, memory_format=memory_format(first))
 
 
 def pool_member(client: Client, arch: str, model: nn.Module, train_idx: Tensor, class_proportions: Tensor) -> Client:
@@ -74,14 +74,3 @@ def pool_member(client: Client, arch: str, model: nn.Module, train_idx: Tensor, 
     from lit_fl.federation.state import Client
 
     return Client(client.id, arch, model, train_idx, client.val_idx, class_proportions)
-
-
-def _memory_format(model: nn.Module) -> torch.memory_format:
-    """The layout of the federation's models (channels-last when their 4-D weights are)."""
-    import torch
-
-    for p in model.parameters():
-        if p.dim() == 4:
-            channels_last = p.is_contiguous(memory_format=torch.channels_last)
-            return torch.channels_last if channels_last else torch.contiguous_format
-    return torch.contiguous_format

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from lit_fl import steps
 from lit_fl.algorithms.base import RoundResult, nanmean, phase_losses
 from lit_fl.algorithms.decentralized import DecentralizedAlgorithm
+from lit_fl.algorithms.global_model import memory_format
 from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.algorithms.settings import DFML_CLIENTS
 from lit_fl.constraints import PositiveInt, UnitInterval
@@ -77,7 +78,7 @@ class DecentralizedFML(DecentralizedAlgorithm):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(federation.seed * 1_000 + 999)
             meme = create_model(arch, federation.data.input_shape, federation.num_classes)
-        meme = meme.to(param.device, memory_format=_memory_format(first))
+        meme = meme.to(param.device, memory_format=memory_format(first))
         for client in federation.clients:
             if MEME not in client.extras:
                 client.extras[MEME] = copy.deepcopy(meme)
@@ -136,15 +137,3 @@ def median_architecture(federation: Federation) -> str:
         sizes.setdefault(client.arch, num_parameters(client.model))
     ordered = sorted(sizes, key=sizes.__getitem__)
     return ordered[(len(ordered) - 1) // 2]
-
-
-
-def _memory_format(model: torch.nn.Module) -> torch.memory_format:
-    """The layout the federation's models use (channels-last when their 4-D weights are)."""
-    import torch
-
-    for p in model.parameters():
-        if p.dim() == 4:
-            channels_last = p.is_contiguous(memory_format=torch.channels_last)
-            return torch.channels_last if channels_last else torch.contiguous_format
-    return torch.contiguous_format
