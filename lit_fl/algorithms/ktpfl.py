@@ -20,6 +20,10 @@ client; every row on the probability simplex, initially ``1/N``, checkpointed). 
 6. Client ``n`` distils towards ``t_n`` on the public inputs (``distill_epochs`` epochs, batches of ``batch_size``):
    ``lambda T^2 KL(t_n || softmax(f_n(x) / T))`` (:class:`~lit_fl.steps.TargetDistillation`).
 
+Steps 1-6 are :class:`~lit_fl.algorithms.server.ServerAlgorithm`'s round without a server model: step 2 is the client
+phase (:meth:`KTpFL.broadcast`: nothing goes down), step 3 :meth:`KTpFL.collect_all` (one predict phase), steps 4-5
+:meth:`KTpFL.server_update` and step 6 :meth:`KTpFL.send_back` (``C``'s functions: :mod:`.knowledge_coefficients`).
+
 Evaluation: the clients' own models (``global_acc``: each client model on the common test set, averaged; FedORION
 sec. 4.1 reports KT-pFL so). Public data: :meth:`KTpFL.public_inputs` (the held-out unlabeled slice of the train set,
 ``data.server_fraction > 0``, as Codistillation reads it); it is the one place public data is read.
@@ -36,13 +40,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from lit_fl.algorithms.base import Algorithm, RoundResult, nanmean, phase_losses
+from lit_fl.algorithms.base import nanmean, phase_losses
+from lit_fl.algorithms.knowledge_coefficients import (  # noqa: F401  (public imports of lit_fl.algorithms.ktpfl)
+    coefficient_loss,
+    distilled_positions,
+    personalized_targets,
+    project_rows_to_simplex,
+    update_coefficients,
+)
 from lit_fl.algorithms.registry import register_algorithm
-from lit_fl.algorithms.requirements import PROXY_DATA, SERVER_BASED
+from lit_fl.algorithms.requirements import PROXY_DATA
+from lit_fl.algorithms.server import ServerAlgorithm
 from lit_fl.algorithms.settings import FEDORION_CLIENTS
+from lit_fl.algorithms.updates import ClientUpdate
 from lit_fl.constraints import Fraction, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 from lit_fl.errors import ConfigError
-from lit_fl.federation.selection import select_fraction
+from lit_fl.federation.endpoints import SERVER
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -57,65 +70,6 @@ if TYPE_CHECKING:
     from lit_fl.steps.runner import StepRunner
 
 
-
-def personalized_targets(coefficients: Tensor, soft: Tensor) -> Tensor:
-    """``t_n = sum_m c_nm s_m``: ``coefficients`` ``[K, K]`` (row ``n``: client ``n``'s weights), ``soft`` ``[K, P,
-    C]`` (every client's soft predictions on the ``P`` public samples; ``[K, P, T, V]`` on token sequences); returns
-    ``soft``'s shape."""
-    import torch
-
-    return torch.einsum("nm,m...->n...", coefficients, soft)
-
-
-def coefficient_loss(coefficients: Tensor, soft: Tensor, kl_weight: float, rho: float) -> Tensor:
-    """``lambda sum_n mean_p KL(t_np || s_np) + rho sum_n ||c_n - 1/K||^2`` with ``t = personalized_targets(c, s)``
-    (``0 log 0 = 0``)."""
-    import torch
-
-    k = coefficients.shape[0]
-    targets = personalized_targets(coefficients, soft)
-    log_ratio = torch.log(targets.clamp_min(torch.finfo(targets.dtype).tiny)) - torch.log(soft)
-    kl = torch.where(targets > 0, targets * log_ratio, torch.zeros_like(targets)).sum(dim=2).mean(dim=1).sum()
-    return kl_weight * kl + rho * ((coefficients - 1.0 / k) ** 2).sum()
-
-
-def project_rows_to_simplex(v: Tensor) -> Tensor:
-    """Euclidean projection of every row onto the probability simplex (Duchi et al. 2008): ``max(v - tau, 0)`` with
-    ``tau`` such that the row sums to 1."""
-    import torch
-
-    k = v.shape[1]
-    u, _ = torch.sort(v, dim=1, descending=True)
-    css = u.cumsum(dim=1) - 1.0
-    ind = torch.arange(1, k + 1, dtype=v.dtype, device=v.device)
-    rho = (u - css / ind > 0).sum(dim=1, keepdim=True)  # the number of positive entries, >= 1
-    tau = css.gather(1, rho - 1) / rho.to(v.dtype)
-    return (v - tau).clamp_min(0.0)
-
-
-def update_coefficients(coefficients: Tensor, soft: Tensor, lr: float, kl_weight: float, rho: float) -> Tensor:
-    """One projected gradient step of :func:`coefficient_loss` on ``coefficients`` (``[K, K]``, rows on the simplex),
-    computed in float64, returned in ``coefficients``' dtype."""
-    import torch
-
-    c = coefficients.detach().double().requires_grad_(True)
-    with torch.enable_grad():
-        loss = coefficient_loss(c, soft.detach().double(), kl_weight, rho)
-        (grad,) = torch.autograd.grad(loss, c)
-    return project_rows_to_simplex(c.detach() - lr * grad).to(coefficients.dtype)
-
-
-def distilled_positions(soft: Tensor, x: Tensor) -> Tensor:
-    """The public samples the coefficient loss averages over: ``soft`` ``[K, P, C]`` unchanged; on token sequences
-    (``x`` ``[P, T]``, ``soft`` ``[K, P, T, V]``) the ``[K, M, V]`` predictions at the M positions whose input is not
-    PAD (each position one sample, as the clients' distillation counts them)."""
-    from lit_fl.data.tokens import PAD, is_token_batch
-
-    if not is_token_batch(x):
-        return soft
-    return soft.flatten(1, 2)[:, (x != PAD).reshape(-1).to(soft.device)]
-
-
 def tensor_batches(x: Tensor, y: Tensor, batch_size: int, generator: torch.Generator, epochs: int) -> ClientBatches:
     """Shuffled ``(x, y)`` batches over all of ``x`` (orders from ``generator``), no augmentation."""
     import torch
@@ -126,7 +80,7 @@ def tensor_batches(x: Tensor, y: Tensor, batch_size: int, generator: torch.Gener
 
 
 @register_algorithm
-class KTpFL(Algorithm):
+class KTpFL(ServerAlgorithm):
     """KT-pFL (Zhang et al., NeurIPS 2021) with FedORION's shared setting; clients initialise their models
     independently (``paper_same_init = False``, FedORION sec. 4.1).
 
@@ -152,9 +106,11 @@ class KTpFL(Algorithm):
     reports = "global_acc"
 
     paper_same_init = False
-    requires = (SERVER_BASED, PROXY_DATA)  # every sampled client talks to the server; public data on it
+    requires = (*ServerAlgorithm.requires, PROXY_DATA)  # public data on the server
     sequence_tasks = True  # per-token soft predictions; coefficient KL and distillation over non-PAD positions
     client_defaults = FEDORION_CLIENTS  # FedORION's shared setting (sec. 4.1, 4.2.1)
+    #: the round's personalized targets ``t_n`` by client (:meth:`server_update`; sent by :meth:`send_back`)
+    targets: dict[int, Tensor]
 
     def __init__(
         self,
@@ -194,51 +150,63 @@ class KTpFL(Algorithm):
         inputs = federation.proxy
         return inputs if self.public_size is None else inputs[: self.public_size]
 
-    # -- round -------------------------------------------------------------------------------------------
+    # -- round (the server round contract, :class:`~lit_fl.algorithms.server.ServerAlgorithm`) ----------
 
-    def run_round(
-        self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger
-    ) -> RoundResult:
-        import torch
+    def server_groups(self, federation: Federation) -> list[str]:
+        """None: the server holds ``C`` alone, no model."""
+        return []
 
+    def broadcast(self, client: Client, starts: dict[str, dict[str, Any]], federation: Federation,
+                  ledger: CommunicationLedger) -> ClientWork | None:
+        """Step 2: nothing goes down; the client trains its own model (:meth:`local_work`)."""
+        return self.local_work(client, federation)
+
+    def collect_all(self, clients: Sequence[Client], works: Sequence[ClientWork | None], federation: Federation,
+                    runner: StepRunner, ledger: CommunicationLedger) -> list[ClientUpdate | None]:
+        """Step 3: every participant's ``s_n`` (one predict phase) goes up; the ones that arrived."""
         from lit_fl.federation.ledger import Payload
 
-        selected = select_fraction(federation, self.client_fraction)
-        clients = [federation.clients[n] for n in selected]
-        losses = self.local_phase(clients, federation, runner)
+        updates: list[ClientUpdate | None] = []
+        for client, s in zip(clients, self.soft_predictions(clients, self.public_inputs(federation), runner)):
+            if ledger.send(client.id, SERVER, Payload([s])):  # s_n: public_size x classes
+                updates.append(ClientUpdate(client.id, {"soft": s}))
+        return updates
 
+    def server_update(self, updates: Sequence[ClientUpdate], federation: Federation,
+                      runner: StepRunner) -> dict[str, float]:
+        """Steps 4-5 on the block of ``C`` of the clients whose ``s_n`` arrived; :attr:`targets` for step 6."""
+        import torch
+
+        self.targets = {}
+        if not updates:
+            return {"coef_self": float("nan")}
         x = self.public_inputs(federation)
-        arrived: list[int] = []
-        soft: list[Tensor] = []
-        for client, s in zip(clients, self.soft_predictions(clients, x, runner)):
-            if ledger.send(client.id, -1, Payload([s])):  # s_n: public_size x classes
-                arrived.append(client.id)
-                soft.append(s)
-        if not arrived:
-            return RoundResult(senders=(), train_loss=nanmean(losses),
-                               extra={"kd_loss": float("nan"), "coef_self": float("nan")})
-
-        stacked = torch.stack(soft).double().cpu()
-        block_idx = torch.tensor(arrived)
+        stacked = torch.stack([u.values["soft"] for u in updates]).double().cpu()
+        block_idx = torch.tensor([u.client for u in updates])
         assert self.coefficients is not None
         block = self.coefficients[block_idx][:, block_idx]
         mass = block.sum(dim=1, keepdim=True)
-        uniform = torch.full_like(block, 1.0 / len(arrived))
+        uniform = torch.full_like(block, 1.0 / len(updates))
         a = torch.where(mass > 0, block / mass.clamp_min(1e-300), uniform)
         a = update_coefficients(a, distilled_positions(stacked, x), self.coef_lr, self.kl_weight, self.rho)
         self.coefficients[block_idx.view(-1, 1), block_idx.view(1, -1)] = a * mass
         targets = personalized_targets(a, stacked).to(x.device, torch.float32)
+        self.targets = {u.client: targets[k] for k, u in enumerate(updates)}
+        return {"coef_self": float(a.diagonal().mean())}
 
+    def send_back(self, clients: Sequence[Client], updates: Sequence[ClientUpdate], federation: Federation,
+                  runner: StepRunner, ledger: CommunicationLedger) -> dict[str, float]:
+        """Step 6: ``t_n`` goes down to every client whose ``s_n`` arrived, which distils towards it (one phase)."""
+        from lit_fl.federation.ledger import Payload
+
+        if not self.targets:
+            return {"kd_loss": float("nan")}
+        x = self.public_inputs(federation)
         works: list[ClientWork | None] = []
-        for k, cid in enumerate(arrived):
-            got = ledger.give_back(-1, cid, Payload([targets[k]]))  # t_n: public_size x classes
-            works.append(self.distill_work(federation.clients[cid], x, targets[k], federation) if got else None)
-        kd_losses = phase_losses(runner.run_phase(works))
-        return RoundResult(
-            senders=tuple(arrived),
-            train_loss=nanmean(losses),
-            extra={"kd_loss": nanmean(kd_losses), "coef_self": float(a.diagonal().mean())},
-        )
+        for cid, target in self.targets.items():
+            got = ledger.give_back(SERVER, cid, Payload([target]))  # t_n: public_size x classes
+            works.append(self.distill_work(federation.clients[cid], x, target, federation) if got else None)
+        return {"kd_loss": nanmean(phase_losses(runner.run_phase(works)))}
 
     def soft_predictions(self, clients: Sequence[Client], x: Tensor, runner: StepRunner) -> list[Tensor]:
         """Every client's ``s_n = softmax(f_n(x) / T)`` on the public inputs (float32, on ``x``'s device): the logits

@@ -2,7 +2,7 @@
 paper adds). Every server method's round is
 
     select -> broadcast -> client work (one phase, :meth:`StepRunner.run_phase`) -> collect -> update transforms
-    -> server update
+    -> server update -> send back
 
 :meth:`ServerAlgorithm.run_round` runs it; a method overrides only the hooks its paper changes:
 
@@ -15,9 +15,15 @@ paper adds). Every server method's round is
 * :meth:`~ServerAlgorithm.collect`: what ``k`` sends back, as a :class:`~lit_fl.algorithms.updates.ClientUpdate`
   (default: its model's state, weighted by :meth:`~ServerAlgorithm.update_weight`, its sample count); None when
   nothing arrives;
+* :meth:`~ServerAlgorithm.collect_all`: the round's uploads, every participant's (default: :meth:`collect` of each
+  participant that worked); a method whose uploads are computed in one more phase over the participants (their
+  models' eval-mode outputs on public data: KT-pFL, FDmeta) overrides it;
 * :meth:`~ServerAlgorithm.update_transforms`: the chain every collected update passes through (empty by default);
 * :meth:`~ServerAlgorithm.server_update`: how the server combines the updates into its models; returns the round's
-  extra metrics.
+  extra metrics;
+* :meth:`~ServerAlgorithm.send_back`: a second exchange after the server update, what the server sends the
+  participants then and their work on it as one phase (default: none); federated distillation's targets and the
+  clients' digest of them (KT-pFL, FDmeta); returns more extra metrics.
 
 Every transfer goes through the ledger to or from :data:`~lit_fl.federation.ledger.SERVER`, so faults and traffic
 are the same for every server method. A client whose download is lost, or that has nothing to train, does no work
@@ -85,13 +91,13 @@ class ServerAlgorithm(Algorithm):
         selected = self.participants(federation)
         # the server models' own tensors, not copies: a server model changes only in server_update
         starts = {group: {k: v.detach() for k, v in federation.server[group].state_dict().items()}
-                  for group in {self.group_of(c) for c in selected}}
+                  for group in {self.group_of(c) for c in selected} if group in federation.server}
         works = [self.broadcast(client, starts, federation, ledger) for client in selected]
         losses = phase_losses(runner.run_phase(works))
-        collected = [self.collect(client, work, federation, ledger)
-                     for client, work in zip(selected, works) if work is not None]
+        collected = self.collect_all(selected, works, federation, runner, ledger)
         updates = apply_transforms(self.update_transforms(), [u for u in collected if u is not None])
         extra = self.server_update(updates, federation, runner)
+        extra = {**extra, **self.send_back(selected, updates, federation, runner, ledger)}
         return RoundResult(senders=tuple(u.client for u in updates), train_loss=nanmean(losses), extra=extra)
 
     def select(self, federation: Federation) -> list[int]:
@@ -125,6 +131,14 @@ class ServerAlgorithm(Algorithm):
             return None
         return ClientUpdate(client.id, model_state(client.model), self.update_weight(client), self.group_of(client))
 
+    def collect_all(self, clients: Sequence[Client], works: Sequence[ClientWork | None], federation: Federation,
+                    runner: StepRunner, ledger: CommunicationLedger) -> list[ClientUpdate | None]:
+        """The round's uploads, in the participants' order (``works``: each one's work of the client phase): by
+        default :meth:`collect` of every participant that worked. Override it when the uploads are computed in one
+        more phase over the participants (one :meth:`StepRunner.run_phase`, e.g. a predict phase on public data)."""
+        return [self.collect(client, work, federation, ledger)
+                for client, work in zip(clients, works) if work is not None]
+
     def update_weight(self, client: Client) -> float:
         """``client``'s weight in its group's aggregate (default: its sample count ``n_k``, FedAvg's)."""
         return float(client.num_train)
@@ -137,6 +151,13 @@ class ServerAlgorithm(Algorithm):
                       runner: StepRunner) -> dict[str, float]:
         """Combine the round's ``updates`` (possibly none) into the server models; the round's extra metrics."""
         raise NotImplementedError(f"{self.name} must define server_update")
+
+    def send_back(self, clients: Sequence[Client], updates: Sequence[ClientUpdate], federation: Federation,
+                  runner: StepRunner, ledger: CommunicationLedger) -> dict[str, float]:
+        """The round's second exchange, after :meth:`server_update`: what the server sends the participants
+        ``clients`` (through the ledger, from :data:`SERVER`) and their work on it, as one phase; more extra metrics.
+        Default: none. Federated distillation's targets and the clients' digest of them (KT-pFL, FDmeta)."""
+        return {}
 
 
 def model_state(model: nn.Module) -> dict[str, Any]:
