@@ -41,6 +41,7 @@ from torch import Tensor
 from lit_fl.data.batches import PlannedBatch, StackedBatches
 from lit_fl.steps.step_loss import phase_loss
 from lit_fl.steps.unfused import say_unfused
+from lit_fl.steps.work_result import WorkResult
 
 if TYPE_CHECKING:
     from lit_fl.steps.predict import ValueWork
@@ -71,15 +72,6 @@ class ClientWork:
     step: L.LightningModule
     batches: WorkBatches
     owners: tuple[int, ...] | None = None
-
-
-@dataclass(frozen=True)
-class WorkResult:
-    """What a work reports: its mean batch loss (NaN where the client had no work or the work trains nothing), and
-    the value a value work computed (:class:`~lit_fl.steps.predict.PredictWork`'s outputs; None otherwise)."""
-
-    loss: float = math.nan
-    value: Any = None
 
 
 def run_phase(runner: StepRunner, works: Sequence[ClientWork | ValueWork | None]) -> list[WorkResult]:

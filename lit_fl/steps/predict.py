@@ -31,9 +31,9 @@ import torch
 from torch import Tensor, nn
 
 from lit_fl.steps.placement import Value
+from lit_fl.steps.work_result import WorkResult
 
 if TYPE_CHECKING:
-    from lit_fl.steps.phase import WorkResult
     from lit_fl.steps.runner import StepRunner
 
 #: inputs per forward pass of a predict work (memory only: no effect on the values)
@@ -119,8 +119,6 @@ def predict_fused(runner: StepRunner, works: Sequence[PredictWork]) -> list[Valu
 def run_value_phase(runner: StepRunner, works: Sequence[ValueWork | None]) -> list[WorkResult]:
     """Run a phase of value works (see the module docstring); one :class:`~lit_fl.steps.phase.WorkResult` per entry
     of ``works`` (``value`` None and ``loss`` NaN for None)."""
-    from lit_fl.steps.phase import WorkResult
-
     todo = [n for n, work in enumerate(works) if work is not None]
     jobs: list[ValueWork] = [works[n] for n in todo]  # type: ignore[misc]
     placement = runner.placement
