@@ -2,7 +2,7 @@
 paper adds). Every server method's round is
 
     select -> broadcast -> client work (one phase, :meth:`StepRunner.run_phase`) -> collect -> update transforms
-    -> server update
+    -> server update [-> send back]
 
 :meth:`ServerAlgorithm.run_round` runs it; a method overrides only the hooks its paper changes:
 
@@ -16,8 +16,13 @@ paper adds). Every server method's round is
   (default: its model's state, weighted by :meth:`~ServerAlgorithm.update_weight`, its sample count); None when
   nothing arrives;
 * :meth:`~ServerAlgorithm.update_transforms`: the chain every collected update passes through (empty by default);
+* :meth:`~ServerAlgorithm.uploads`: the round's collected updates from the client phase's results (default:
+  :meth:`collect` of every client that worked); a method whose clients upload values their phase computed (FedMD's
+  class scores) or that a phase after their training computes (DS-FL's) reads or runs it here;
 * :meth:`~ServerAlgorithm.server_update`: how the server combines the updates into its models; returns the round's
-  extra metrics.
+  extra metrics;
+* :meth:`~ServerAlgorithm.send_back`: a second exchange after the server update (what the server sends the
+  participants back and the phase they then run: FedMD's consensus and digest); none by default.
 
 Every transfer goes through the ledger to or from :data:`~lit_fl.federation.ledger.SERVER`, so faults and traffic
 are the same for every server method. A client whose download is lost, or that has nothing to train, does no work
@@ -42,7 +47,7 @@ if TYPE_CHECKING:
 
     from lit_fl.federation.ledger import CommunicationLedger
     from lit_fl.federation.state import Client, Federation
-    from lit_fl.steps.phase import ClientWork
+    from lit_fl.steps.phase import ClientWork, WorkResult
     from lit_fl.steps.runner import StepRunner
 
 __all__ = ["GLOBAL", "SERVER", "ServerAlgorithm"]
@@ -84,15 +89,17 @@ class ServerAlgorithm(Algorithm):
     ) -> RoundResult:
         selected = self.participants(federation)
         # the server models' own tensors, not copies: a server model changes only in server_update
+        # (a method without server models, FedMD, has no start)
         starts = {group: {k: v.detach() for k, v in federation.server[group].state_dict().items()}
-                  for group in {self.group_of(c) for c in selected}}
+                  for group in {self.group_of(c) for c in selected} if group in federation.server}
         works = [self.broadcast(client, starts, federation, ledger) for client in selected]
-        losses = phase_losses(runner.run_phase(works))
-        collected = [self.collect(client, work, federation, ledger)
-                     for client, work in zip(selected, works) if work is not None]
+        results = runner.run_phase(works)
+        collected = self.uploads(selected, works, results, federation, runner, ledger)
         updates = apply_transforms(self.update_transforms(), [u for u in collected if u is not None])
         extra = self.server_update(updates, federation, runner)
-        return RoundResult(senders=tuple(u.client for u in updates), train_loss=nanmean(losses), extra=extra)
+        result = RoundResult(senders=tuple(u.client for u in updates), train_loss=nanmean(phase_losses(results)),
+                             extra=extra)
+        return self.send_back(selected, result, federation, runner, ledger)
 
     def select(self, federation: Federation) -> list[int]:
         """``round(client_fraction * N)`` distinct clients (at least one), sorted (``federation.rng.selection``)."""
@@ -125,6 +132,14 @@ class ServerAlgorithm(Algorithm):
             return None
         return ClientUpdate(client.id, model_state(client.model), self.update_weight(client), self.group_of(client))
 
+    def uploads(self, clients: Sequence[Client], works: Sequence[Any], results: Sequence[WorkResult],
+                federation: Federation, runner: StepRunner, ledger: CommunicationLedger) -> list[ClientUpdate | None]:
+        """The round's uploads, one per client that worked (``works``: the client phase's, ``results``: what each
+        reported): by default :meth:`collect` of each. A method whose clients upload a value their phase computed
+        (a predict phase's ``result.value``) or one that a phase after their training computes overrides it."""
+        return [self.collect(client, work, federation, ledger) for client, work in zip(clients, works)
+                if work is not None]
+
     def update_weight(self, client: Client) -> float:
         """``client``'s weight in its group's aggregate (default: its sample count ``n_k``, FedAvg's)."""
         return float(client.num_train)
@@ -137,6 +152,13 @@ class ServerAlgorithm(Algorithm):
                       runner: StepRunner) -> dict[str, float]:
         """Combine the round's ``updates`` (possibly none) into the server models; the round's extra metrics."""
         raise NotImplementedError(f"{self.name} must define server_update")
+
+    def send_back(self, clients: Sequence[Client], result: RoundResult, federation: Federation, runner: StepRunner,
+                  ledger: CommunicationLedger) -> RoundResult:
+        """A second exchange after :meth:`server_update`: what the server sends ``clients`` (the round's
+        participants) back through the ledger and the phase they then run (FedMD's consensus and digest, DS-FL's
+        soft labels and distillation); returns the round's ``result`` with what that adds. Default: none."""
+        return result
 
 
 def model_state(model: nn.Module) -> dict[str, Any]:
