@@ -29,6 +29,10 @@ local epochs, 30% of the clients per round; server SGD lr 0.001 momentum 0.9, ba
 we use a batch size of 128"), 5 server epochs per round ("10 local epochs for clients and 5 epochs for the
 server"); ERA temperature 0.1 (DS-FL); 2 client distillation epochs (AIJack's DS-FL ``epoch_local_distillation``;
 not given by FedORION).
+
+The round is :class:`~lit_fl.algorithms.server.ServerAlgorithm`'s: step 2 is the client phase
+(:meth:`DSFL.broadcast`), step 3 :meth:`DSFL.uploads` (a predict phase after it), steps 4-5
+:meth:`DSFL.server_update`, step 6 :meth:`DSFL.send_back`.
 """
 
 from __future__ import annotations

@@ -26,6 +26,10 @@ half is skipped; ``warmup_epochs > 0`` runs the private half (every client, befo
 Defaults: FedORION's setting (papers/fedorion.txt sec. 4.1, 4.2.1): SGD momentum 0.9, client lr 0.01, batch 32 (for
 the digest too: "the batch size on the client side is always kept to 32"), 10 local epochs, 30% of the clients per
 round, no weight decay; one digest epoch (FedMD's reference configuration ``N_logits_matching_round = 1``).
+
+The round is :class:`~lit_fl.algorithms.server.ServerAlgorithm`'s without a server model: step 1 is
+:meth:`FedMD.participants`, the predict phase of step 2 the client phase (:meth:`FedMD.broadcast`), its upload
+:meth:`FedMD.uploads`, step 3 :meth:`FedMD.server_update`, steps 4-6 :meth:`FedMD.send_back`.
 """
 
 from __future__ import annotations
