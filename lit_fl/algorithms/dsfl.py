@@ -8,14 +8,14 @@ The clients exchange no weights: only their outputs on an unlabeled open (public
 3. Prediction and upload: on this round's open subset ``x_1..x_P`` (``public_size`` samples, all by default)
    client ``k`` computes its local logits ``p_k(x_j) = softmax(f_k(x_j))`` (DS-FL's "logits" are the softmax
    outputs; eval mode, a predict phase: :meth:`~lit_fl.algorithms.public_distillation.PublicDistillation.
-   public_scores`) and sends them: ledger ``send(k, -1, Payload([P x classes]))``.
+   public_scores`) and sends them: ledger ``send(k, SERVER, Payload([P x classes]))``.
 4. Aggregation (:func:`era`): ``t(x_j) = softmax((1/|S'|) sum_k p_k(x_j) / T)`` over the clients ``S'`` whose
    outputs arrived: ERA sharpens the average with ``T < 1`` (0.1: DS-FL's value); ``aggregation: sa`` is the simple
    average ``(1/|S'|) sum_k p_k`` (DS-FL's baseline aggregation).
 5. Server distillation: the global model (``federation.server["global"]``, evaluated as ``server_acc/global``) is
    trained on ``(x_j, t(x_j))`` for ``server_epochs`` epochs, ``KL(t || softmax(f_g))`` with SGD (``server_lr``,
    ``server_momentum``, batches of ``server_batch_size``).
-6. Broadcast and distillation: the server sends ``t`` to every client of ``S`` (``give_back(-1, k, Payload)``);
+6. Broadcast and distillation: the server sends ``t`` to every client of ``S`` (``give_back(SERVER, k, Payload)``);
    each client that received it trains its model on ``(x_j, t(x_j))`` for ``distill_epochs`` epochs with the
    same KL (= the cross-entropy with soft labels up to a constant), at the clients' SGD settings.
 
@@ -29,6 +29,10 @@ local epochs, 30% of the clients per round; server SGD lr 0.001 momentum 0.9, ba
 we use a batch size of 128"), 5 server epochs per round ("10 local epochs for clients and 5 epochs for the
 server"); ERA temperature 0.1 (DS-FL); 2 client distillation epochs (AIJack's DS-FL ``epoch_local_distillation``;
 not given by FedORION).
+
+The round is :class:`~lit_fl.algorithms.server.ServerAlgorithm`'s: step 2 is the client phase
+(:meth:`DSFL.broadcast`), step 3 :meth:`DSFL.collect_all` (a predict phase after it), steps 4-5
+:meth:`DSFL.server_update`, step 6 :meth:`DSFL.send_back`.
 """
 
 from __future__ import annotations
@@ -41,18 +45,18 @@ from lit_fl.algorithms.base import RoundResult, nanmean, phase_losses
 from lit_fl.algorithms.public_distillation import PublicDistillation
 from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.algorithms.settings import FEDORION_CLIENTS
+from lit_fl.algorithms.updates import GLOBAL
 from lit_fl.constraints import Fraction, Momentum, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 from lit_fl.steps.optim import SGDConfig
 
 if TYPE_CHECKING:
     from torch import Tensor, nn
 
+    from lit_fl.algorithms.updates import ClientUpdate
     from lit_fl.federation.ledger import CommunicationLedger
-    from lit_fl.federation.state import Federation
-    from lit_fl.steps.phase import ClientWork
+    from lit_fl.federation.state import Client, Federation
+    from lit_fl.steps.phase import ClientWork, WorkResult
     from lit_fl.steps.runner import StepRunner
-
-GLOBAL = "global"
 Aggregation = Literal["era", "sa"]
 
 
@@ -104,6 +108,11 @@ class DSFL(PublicDistillation):
 
     sequence_tasks = True  # per-token soft labels (ERA per position); the KL over positions whose input is not PAD
     client_defaults = FEDORION_CLIENTS  # FedORION's shared setting (sec. 4.1, 4.2.1)
+    #: the round's open subset (set by :meth:`uploads`), its global soft labels and the global model's distillation
+    #: loss (:meth:`server_update`)
+    x: Tensor | None = None
+    target: Tensor | None = None
+    server_loss: float = float("nan")
 
     def __init__(
         self,
@@ -178,45 +187,47 @@ class DSFL(PublicDistillation):
         return ClientWork(cid, step, self.target_batches(federation, x, target, self.batch_size,
                                                          self.distill_epochs))
 
-    def run_round(
-        self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger
-    ) -> RoundResult:
+    def broadcast(self, client: Client, starts: dict[str, dict[str, Any]], federation: Federation,
+                  ledger: CommunicationLedger) -> ClientWork | None:
+        """Nothing goes down before the update: step 2, the client trains on its private data (:meth:`local_work`)."""
+        return self.local_work(client, federation)
+
+    def collect_all(self, clients: Sequence[Client], works: Sequence[Any], results: Sequence[WorkResult],
+                    federation: Federation, runner: StepRunner,
+                    ledger: CommunicationLedger) -> list[ClientUpdate | None]:
+        """Step 3, after the update: every client of ``S`` predicts on this round's open subset (one predict phase)
+        and sends its softmax outputs."""
         import torch
 
+        self.x = self.round_inputs(federation)
+        scores = self.public_scores(federation, runner, [c.id for c in clients], self.x)
+        return [self.upload(c, torch.softmax(s, dim=-1), ledger) for c, s in zip(clients, scores)]
+
+    def server_update(self, updates: Sequence[ClientUpdate], federation: Federation,
+                      runner: StepRunner) -> dict[str, float]:
+        """Steps 4-5: the global soft labels (:meth:`aggregate`; None when no output arrived) and the global model's
+        distillation of them."""
         from lit_fl import steps
-        from lit_fl.federation.ledger import Payload
 
-        selected = self.select(federation)
-        update = self.local_phase([federation.clients[cid] for cid in selected], federation, runner)  # Update
-        public = self.public_inputs(federation)
-        x = public[self.round_subset(federation, len(public)).to(public.device)]
+        self.target = self.aggregate([u.values["scores"] for u in updates]) if updates else None
+        self.server_loss = float("nan")
+        if self.target is not None and self.server_epochs > 0:
+            step = steps.TargetDistillation(federation.server[GLOBAL], loss="kl", target="probabilities",
+                                            optimizer=self.server_optimizer)
+            self.server_loss = runner.run_server_step(step, self.target_batches(
+                federation, self.x, self.target, self.server_batch_size, self.server_epochs))
+        return {}
 
-        arrived, probs = [], []
-        for cid, scores in zip(selected, self.public_scores(federation, runner, selected, x)):  # Prediction, Upload
-            p = torch.softmax(scores, dim=-1)
-            if ledger.send(cid, -1, Payload([p])):
-                arrived.append(cid)
-                probs.append(p)
-        server_loss = float("nan")
-        works: list[ClientWork | None] = [None] * len(selected)
-        if probs:
-            target = self.aggregate(probs)  # Aggregation
-            if self.server_epochs > 0:  # the global model distils the global logits
-                step = steps.TargetDistillation(federation.server[GLOBAL], loss="kl", target="probabilities",
-                                                optimizer=self.server_optimizer)
-                server_loss = runner.run_server_step(step, self.target_batches(
-                    federation, x, target, self.server_batch_size, self.server_epochs))
-            for n, cid in enumerate(selected):  # Broadcast, Distillation
-                if ledger.give_back(-1, cid, Payload([target])):
-                    works[n] = self.distill_work(cid, federation, x, target)
+    def send_back(self, clients: Sequence[Client], updates: Sequence[ClientUpdate], result: RoundResult,
+                  federation: Federation, runner: StepRunner, ledger: CommunicationLedger) -> RoundResult:
+        """Step 6: the server sends the soft labels to every client of ``S``; those that received them distil."""
+        got = self.send_targets(clients, self.target, ledger)
+        works = [self.distill_work(c.id, federation, self.x, self.target) if g else None for c, g in zip(clients, got)]
         distill = phase_losses(runner.run_phase(works))
-        return RoundResult(
-            senders=tuple(arrived),
-            train_loss=nanmean(update),
-            num_participants=len(selected),
-            extra={"distill_loss": nanmean(distill), "server_distill_loss": server_loss,
-                   "public_size": float(len(x))},
-        )
+        result.num_participants = len(clients)
+        result.extra = {"distill_loss": nanmean(distill), "server_distill_loss": self.server_loss,
+                        "public_size": float(len(self.x))}
+        return result
 
     def state_dict(self) -> dict[str, Any]:
         return {}  # the global model lives in federation.server (checkpointed); nothing else crosses rounds

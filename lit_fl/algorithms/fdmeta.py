@@ -65,7 +65,7 @@ if TYPE_CHECKING:
     from lit_fl.data.batches import ClientBatches
     from lit_fl.federation.ledger import CommunicationLedger
     from lit_fl.federation.state import Client, Federation
-    from lit_fl.steps.phase import ClientWork
+    from lit_fl.steps.phase import ClientWork, WorkResult
     from lit_fl.steps.runner import StepRunner
 
 #: how the uploaded logits are weighted: equally, or by the clients' train sample counts
@@ -169,8 +169,9 @@ class FDmeta(ServerAlgorithm):
         """Step 3: nothing goes down; the client trains its own model (:meth:`local_work`)."""
         return self.local_work(client, federation)
 
-    def collect_all(self, clients: Sequence[Client], works: Sequence[ClientWork | None], federation: Federation,
-                    runner: StepRunner, ledger: CommunicationLedger) -> list[ClientUpdate | None]:
+    def collect_all(self, clients: Sequence[Client], works: Sequence[ClientWork | None], results: Sequence[WorkResult],
+                    federation: Federation, runner: StepRunner,
+                    ledger: CommunicationLedger) -> list[ClientUpdate | None]:
         """Steps 2 and 4: ``P_t`` (kept as :attr:`round_inputs`), one predict phase of the participants with training
         data on it, and their logits' upload."""
         from lit_fl.federation.ledger import Payload
@@ -203,15 +204,15 @@ class FDmeta(ServerAlgorithm):
                                                                         self.server_epochs))
         return {"kd_loss": kd_loss}
 
-    def send_back(self, clients: Sequence[Client], updates: Sequence[ClientUpdate], federation: Federation,
-                  runner: StepRunner, ledger: CommunicationLedger) -> dict[str, float]:
+    def send_back(self, clients: Sequence[Client], updates: Sequence[ClientUpdate], result: RoundResult,
+                  federation: Federation, runner: StepRunner, ledger: CommunicationLedger) -> RoundResult:
         """Step 7: ``z`` goes down to every participant, which digests it (one phase)."""
         from lit_fl.federation.ledger import Payload
         from lit_fl.steps.phase import ClientWork
 
         z, x = self.consensus, self.round_inputs
         if z is None:
-            return {"distill_loss": math.nan}
+            return result.with_extra({"distill_loss": math.nan})
         works: list[ClientWork | None] = []
         for client in clients:
             if ledger.give_back(SERVER, client.id, Payload([z])) and self.distill_epochs > 0:
@@ -221,7 +222,7 @@ class FDmeta(ServerAlgorithm):
                                                                               self.distill_epochs)))
             else:
                 works.append(None)
-        return {"distill_loss": nanmean(phase_losses(runner.run_phase(works)))}
+        return result.with_extra({"distill_loss": nanmean(phase_losses(runner.run_phase(works)))})
 
     def distill_batches(self, federation: Federation, x: Tensor, targets: Tensor, batch_size: int,
                         epochs: int) -> ClientBatches:

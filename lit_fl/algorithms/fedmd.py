@@ -10,10 +10,10 @@ training"):
    FedMD lets every party take part).
 2. Communicate: on this round's public subset ``x_1..x_P`` (``public_size`` samples, all by default) every client
    ``k`` of ``S`` computes its class scores ``f_k(x_j)`` (logits, eval mode: a predict phase) and sends them to the
-   server: ledger ``send(k, -1, Payload([P x classes]))``.
+   server: ledger ``send(k, SERVER, Payload([P x classes]))``.
 3. Aggregate (:func:`consensus`): ``f~(x_j) = 1/|S'| sum_{k in S'} f_k(x_j)`` over the clients ``S'`` whose scores
    arrived.
-4. Distribute: the server sends the consensus to every client of ``S`` (``give_back(-1, k, Payload)``).
+4. Distribute: the server sends the consensus to every client of ``S`` (``give_back(SERVER, k, Payload)``).
 5. Digest: each client that received it trains its model to approach the consensus on the public subset,
    ``digest_epochs`` epochs of :class:`~lit_fl.steps.TargetDistillation` with ``digest_loss`` (``l1``: mean
    ``|f_k(x) - f~(x)|`` on logits, the reference code's ``mean_absolute_error`` on the model without its softmax).
@@ -26,6 +26,10 @@ half is skipped; ``warmup_epochs > 0`` runs the private half (every client, befo
 Defaults: FedORION's setting (papers/fedorion.txt sec. 4.1, 4.2.1): SGD momentum 0.9, client lr 0.01, batch 32 (for
 the digest too: "the batch size on the client side is always kept to 32"), 10 local epochs, 30% of the clients per
 round, no weight decay; one digest epoch (FedMD's reference configuration ``N_logits_matching_round = 1``).
+
+The round is :class:`~lit_fl.algorithms.server.ServerAlgorithm`'s without a server model: step 1 is
+:meth:`FedMD.participants`, the predict phase of step 2 the client phase (:meth:`FedMD.broadcast`), its upload
+:meth:`FedMD.collect_all`, step 3 :meth:`FedMD.server_update`, steps 4-6 :meth:`FedMD.send_back`.
 """
 
 from __future__ import annotations
@@ -42,9 +46,11 @@ from lit_fl.constraints import Fraction, NonNegativeInt, PositiveInt
 if TYPE_CHECKING:
     from torch import Tensor
 
+    from lit_fl.algorithms.updates import ClientUpdate
     from lit_fl.federation.ledger import CommunicationLedger
-    from lit_fl.federation.state import Federation
-    from lit_fl.steps.phase import ClientWork
+    from lit_fl.federation.state import Client, Federation
+    from lit_fl.steps.phase import ClientWork, WorkResult
+    from lit_fl.steps.predict import PredictWork
     from lit_fl.steps.runner import StepRunner
 
 DigestLoss = Literal["l1", "mse"]
@@ -85,6 +91,9 @@ class FedMD(PublicDistillation):
 
     sequence_tasks = True  # per-token consensus logits; the digest's L1/MSE over positions whose input is not PAD
     client_defaults = FEDORION_CLIENTS  # FedORION's shared setting (sec. 4.1, 4.2.1)
+    #: the round's public subset (set by :meth:`participants`) and consensus (:meth:`server_update`)
+    x: Tensor | None = None
+    target: Tensor | None = None
 
     def __init__(
         self,
@@ -120,35 +129,53 @@ class FedMD(PublicDistillation):
         step = steps.LocalTraining(client.model, client.class_proportions, self.loss, self.optimizer)
         return self.work(client, step, federation, self.warmup_epochs)
 
+    # -- the round (ServerAlgorithm's hooks) ---------------------------------------------------------------
+
     def run_round(
         self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger
     ) -> RoundResult:
-        from lit_fl.federation.ledger import Payload
-
+        """The warm-up before round 1 (``warmup_epochs``), then :class:`ServerAlgorithm`'s round."""
         if round_ == 1 and self.warmup_epochs > 0:
             runner.run_phase([self.warmup_work(c.id, federation) for c in federation.clients])
-        selected = self.select(federation)
-        public = self.public_inputs(federation)
-        x = public[self.round_subset(federation, len(public)).to(public.device)]
+        return super().run_round(round_, federation, runner, ledger)
 
-        arrived, scores = [], []
-        for cid, score in zip(selected, self.public_scores(federation, runner, selected, x)):  # Communicate
-            if ledger.send(cid, -1, Payload([score])):
-                arrived.append(cid)
-                scores.append(score)
-        target = consensus(scores) if scores else None  # Aggregate
-        works: list[ClientWork | None] = []
-        for cid in selected:  # Distribute, Digest
-            got = target is not None and ledger.give_back(-1, cid, Payload([target]))
-            works.append(self.digest_work(cid, federation, x, target) if got else None)
+    def participants(self, federation: Federation) -> list[Client]:
+        """Step 1 (``S``), and this round's public subset (step 2's ``x_1..x_P``)."""
+        selected = super().participants(federation)
+        self.x = self.round_inputs(federation)
+        return selected
+
+    def broadcast(self, client: Client, starts: dict[str, dict[str, Any]], federation: Federation,
+                  ledger: CommunicationLedger) -> PredictWork:
+        """Nothing goes down (the public data is every party's): the client computes its class scores on the
+        public subset (the client phase is a predict phase)."""
+        from lit_fl.steps.predict import PredictWork
+
+        return PredictWork(client.id, client.model, self.x)
+
+    def collect_all(self, clients: Sequence[Client], works: Sequence[Any], results: Sequence[WorkResult],
+                    federation: Federation, runner: StepRunner,
+                    ledger: CommunicationLedger) -> list[ClientUpdate | None]:
+        """Step 2, Communicate: each client sends its scores (float32 logits) to the server."""
+        return [self.upload(client, result.value.float(), ledger) for client, result in zip(clients, results)]
+
+    def server_update(self, updates: Sequence[ClientUpdate], federation: Federation,
+                      runner: StepRunner) -> dict[str, float]:
+        """Step 3, Aggregate: the :func:`consensus` of the scores that arrived (None when none did)."""
+        self.target = consensus([u.values["scores"] for u in updates]) if updates else None
+        return {}
+
+    def send_back(self, clients: Sequence[Client], updates: Sequence[ClientUpdate], result: RoundResult,
+                  federation: Federation, runner: StepRunner, ledger: CommunicationLedger) -> RoundResult:
+        """Steps 4-6: Distribute the consensus to every client of ``S``, Digest (those that received it), Revisit
+        (all of ``S``: the round's ``train_loss``)."""
+        got = self.send_targets(clients, self.target, ledger)
+        works = [self.digest_work(c.id, federation, self.x, self.target) if g else None for c, g in zip(clients, got)]
         digest = phase_losses(runner.run_phase(works))
-        revisit = self.local_phase([federation.clients[cid] for cid in selected], federation, runner)  # Revisit
-        return RoundResult(
-            senders=tuple(arrived),
-            train_loss=nanmean(revisit),
-            num_participants=len(selected),
-            extra={"digest_loss": nanmean(digest), "public_size": float(len(x))},
-        )
+        revisit = self.local_phase(clients, federation, runner)
+        result.train_loss, result.num_participants = nanmean(revisit), len(clients)
+        result.extra = {"digest_loss": nanmean(digest), "public_size": float(len(self.x))}
+        return result
 
     def state_dict(self) -> dict[str, Any]:
         return {}  # nothing carried across rounds but the clients' models (checkpointed by the federation)

@@ -65,8 +65,9 @@ if TYPE_CHECKING:
 
     from lit_fl.data.batches import ClientBatches
     from lit_fl.federation.ledger import CommunicationLedger
+    from lit_fl.federation.round import RoundResult
     from lit_fl.federation.state import Client, Federation
-    from lit_fl.steps.phase import ClientWork
+    from lit_fl.steps.phase import ClientWork, WorkResult
     from lit_fl.steps.runner import StepRunner
 
 
@@ -161,8 +162,9 @@ class KTpFL(ServerAlgorithm):
         """Step 2: nothing goes down; the client trains its own model (:meth:`local_work`)."""
         return self.local_work(client, federation)
 
-    def collect_all(self, clients: Sequence[Client], works: Sequence[ClientWork | None], federation: Federation,
-                    runner: StepRunner, ledger: CommunicationLedger) -> list[ClientUpdate | None]:
+    def collect_all(self, clients: Sequence[Client], works: Sequence[ClientWork | None], results: Sequence[WorkResult],
+                    federation: Federation, runner: StepRunner,
+                    ledger: CommunicationLedger) -> list[ClientUpdate | None]:
         """Step 3: every participant's ``s_n`` (one predict phase) goes up; the ones that arrived."""
         from lit_fl.federation.ledger import Payload
 
@@ -194,19 +196,19 @@ class KTpFL(ServerAlgorithm):
         self.targets = {u.client: targets[k] for k, u in enumerate(updates)}
         return {"coef_self": float(a.diagonal().mean())}
 
-    def send_back(self, clients: Sequence[Client], updates: Sequence[ClientUpdate], federation: Federation,
-                  runner: StepRunner, ledger: CommunicationLedger) -> dict[str, float]:
+    def send_back(self, clients: Sequence[Client], updates: Sequence[ClientUpdate], result: RoundResult,
+                  federation: Federation, runner: StepRunner, ledger: CommunicationLedger) -> RoundResult:
         """Step 6: ``t_n`` goes down to every client whose ``s_n`` arrived, which distils towards it (one phase)."""
         from lit_fl.federation.ledger import Payload
 
         if not self.targets:
-            return {"kd_loss": float("nan")}
+            return result.with_extra({"kd_loss": float("nan")})
         x = self.public_inputs(federation)
         works: list[ClientWork | None] = []
         for cid, target in self.targets.items():
             got = ledger.give_back(SERVER, cid, Payload([target]))  # t_n: public_size x classes
             works.append(self.distill_work(federation.clients[cid], x, target, federation) if got else None)
-        return {"kd_loss": nanmean(phase_losses(runner.run_phase(works)))}
+        return result.with_extra({"kd_loss": nanmean(phase_losses(runner.run_phase(works)))})
 
     def soft_predictions(self, clients: Sequence[Client], x: Tensor, runner: StepRunner) -> list[Tensor]:
         """Every client's ``s_n = softmax(f_n(x) / T)`` on the public inputs (float32, on ``x``'s device): the logits

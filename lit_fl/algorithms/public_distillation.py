@@ -1,5 +1,7 @@
-"""What FedMD and DS-FL share: a server that samples clients, a public (unlabeled) dataset on which the clients'
-models are compared, and the transfer of per-sample class scores through the ledger.
+"""What FedMD and DS-FL share: a server that samples clients (:class:`~lit_fl.algorithms.server.ServerAlgorithm`'s
+round), a public (unlabeled) dataset on which the clients' models are compared, and the transfer of per-sample class
+scores through the ledger: up to :data:`~lit_fl.federation.endpoints.SERVER` (:meth:`PublicDistillation.upload`) and
+back down (:meth:`PublicDistillation.send_targets`).
 
 All access to the public data is :meth:`PublicDistillation.public_inputs`: ``data.proxy`` (a second dataset's
 inputs, or by default the held-out, unlabeled slice of the train set, ``data.server_fraction > 0``).
@@ -9,9 +11,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lit_fl.algorithms.base import Algorithm
-from lit_fl.algorithms.requirements import PROXY_DATA, SERVER_BASED
-from lit_fl.federation.selection import select_fraction
+from lit_fl.algorithms.requirements import PROXY_DATA
+from lit_fl.algorithms.server import ServerAlgorithm
+from lit_fl.algorithms.updates import ClientUpdate
+from lit_fl.federation.endpoints import SERVER
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -19,24 +22,46 @@ if TYPE_CHECKING:
     from torch import Tensor
 
     from lit_fl.data.batches import ClientBatches
-    from lit_fl.federation.state import Federation
+    from lit_fl.federation.ledger import CommunicationLedger
+    from lit_fl.federation.state import Client, Federation
     from lit_fl.steps.runner import StepRunner
 
 
-
-class PublicDistillation(Algorithm):
+class PublicDistillation(ServerAlgorithm):
     """Base of the server-based methods that exchange class scores on public data (not registered).
 
-    Subclasses set ``client_fraction`` and ``public_size`` in their ``__init__``."""
+    Subclasses set ``client_fraction`` and ``public_size`` in their ``__init__``. No server model by default
+    (:meth:`server_groups`: none; DS-FL creates its global model itself)."""
 
-    requires = (SERVER_BASED, PROXY_DATA)  # every sampled client talks to the server; public data on it
+    requires = (*ServerAlgorithm.requires, PROXY_DATA)  # every sampled client talks to the server; public data on it
     paper_same_init = False  # each party designs and initialises its own model (FedMD sec. 1; FedORION sec. 4.1)
-    client_fraction: float = 1.0
     public_size: int | None = None
 
-    def select(self, federation: Federation) -> list[int]:
-        """``round(client_fraction * N)`` distinct clients (at least one), sorted (``federation.rng.selection``)."""
-        return select_fraction(federation, self.client_fraction)
+    def server_groups(self, federation: Federation) -> list[str]:
+        """None: the clients' models are not averaged into a server model."""
+        return []
+
+    def round_inputs(self, federation: Federation) -> Tensor:
+        """This round's public subset ``x_1..x_P`` (:meth:`round_subset` of :meth:`public_inputs`)."""
+        public = self.public_inputs(federation)
+        return public[self.round_subset(federation, len(public)).to(public.device)]
+
+    def upload(self, client: Client, scores: Tensor, ledger: CommunicationLedger) -> ClientUpdate | None:
+        """``client`` sends its class scores on the public subset (``P x classes``) to the server; None when the
+        upload fails."""
+        from lit_fl.federation.ledger import Payload
+
+        if not ledger.send(client.id, SERVER, Payload([scores])):
+            return None
+        return ClientUpdate(client.id, {"scores": scores})
+
+    def send_targets(self, clients: Sequence[Client], target: Tensor | None,
+                     ledger: CommunicationLedger) -> list[bool]:
+        """The server sends ``target`` (the aggregated scores) to every one of ``clients``; whether each received
+        it (none when no scores arrived: ``target`` None)."""
+        from lit_fl.federation.ledger import Payload
+
+        return [target is not None and ledger.give_back(SERVER, client.id, Payload([target])) for client in clients]
 
     def public_inputs(self, federation: Federation) -> Tensor:
         """THE access to the public data: its inputs, ``P x C x H x W`` (``data.proxy``, ``federation.proxy``; by

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
     from lit_fl.federation.ledger import CommunicationLedger
     from lit_fl.federation.state import Client, Federation
-    from lit_fl.steps.phase import ClientWork
+    from lit_fl.steps.phase import ClientWork, WorkResult
     from lit_fl.steps.runner import StepRunner
 
 __all__ = ["GLOBAL", "SERVER", "ServerAlgorithm"]
@@ -93,12 +93,13 @@ class ServerAlgorithm(Algorithm):
         starts = {group: {k: v.detach() for k, v in federation.server[group].state_dict().items()}
                   for group in {self.group_of(c) for c in selected} if group in federation.server}
         works = [self.broadcast(client, starts, federation, ledger) for client in selected]
-        losses = phase_losses(runner.run_phase(works))
-        collected = self.collect_all(selected, works, federation, runner, ledger)
+        results = runner.run_phase(works)
+        collected = self.collect_all(selected, works, results, federation, runner, ledger)
         updates = apply_transforms(self.update_transforms(), [u for u in collected if u is not None])
         extra = self.server_update(updates, federation, runner)
-        extra = {**extra, **self.send_back(selected, updates, federation, runner, ledger)}
-        return RoundResult(senders=tuple(u.client for u in updates), train_loss=nanmean(losses), extra=extra)
+        result = RoundResult(senders=tuple(u.client for u in updates), train_loss=nanmean(phase_losses(results)),
+                             extra=extra)
+        return self.send_back(selected, updates, result, federation, runner, ledger)
 
     def select(self, federation: Federation) -> list[int]:
         """``round(client_fraction * N)`` distinct clients (at least one), sorted (``federation.rng.selection``)."""
@@ -131,11 +132,13 @@ class ServerAlgorithm(Algorithm):
             return None
         return ClientUpdate(client.id, model_state(client.model), self.update_weight(client), self.group_of(client))
 
-    def collect_all(self, clients: Sequence[Client], works: Sequence[ClientWork | None], federation: Federation,
-                    runner: StepRunner, ledger: CommunicationLedger) -> list[ClientUpdate | None]:
-        """The round's uploads, in the participants' order (``works``: each one's work of the client phase): by
-        default :meth:`collect` of every participant that worked. Override it when the uploads are computed in one
-        more phase over the participants (one :meth:`StepRunner.run_phase`, e.g. a predict phase on public data)."""
+    def collect_all(self, clients: Sequence[Client], works: Sequence[ClientWork | None], results: Sequence[WorkResult],
+                    federation: Federation, runner: StepRunner,
+                    ledger: CommunicationLedger) -> list[ClientUpdate | None]:
+        """The round's uploads, in the participants' order (``works``: each one's work of the client phase,
+        ``results``: what each reported): by default :meth:`collect` of every participant that worked. Override it
+        when the uploads are values the client phase computed (a predict phase's ``result.value``: FedMD) or are
+        computed in one more phase over the participants (one :meth:`StepRunner.run_phase`: KT-pFL, DS-FL)."""
         return [self.collect(client, work, federation, ledger)
                 for client, work in zip(clients, works) if work is not None]
 
@@ -152,12 +155,13 @@ class ServerAlgorithm(Algorithm):
         """Combine the round's ``updates`` (possibly none) into the server models; the round's extra metrics."""
         raise NotImplementedError(f"{self.name} must define server_update")
 
-    def send_back(self, clients: Sequence[Client], updates: Sequence[ClientUpdate], federation: Federation,
-                  runner: StepRunner, ledger: CommunicationLedger) -> dict[str, float]:
+    def send_back(self, clients: Sequence[Client], updates: Sequence[ClientUpdate], result: RoundResult,
+                  federation: Federation, runner: StepRunner, ledger: CommunicationLedger) -> RoundResult:
         """The round's second exchange, after :meth:`server_update`: what the server sends the participants
-        ``clients`` (through the ledger, from :data:`SERVER`) and their work on it, as one phase; more extra metrics.
-        Default: none. Federated distillation's targets and the clients' digest of them (KT-pFL, FDmeta)."""
-        return {}
+        ``clients`` (through the ledger, from :data:`SERVER`) and their work on it, as one phase; returns the round's
+        ``result`` with what that adds (``result.with_extra(...)``). Default: none. Federated distillation's targets
+        and the clients' digest of them (FedMD, DS-FL, KT-pFL, FDmeta)."""
+        return result
 
 
 def model_state(model: nn.Module) -> dict[str, Any]:

@@ -8,7 +8,7 @@ implements the contract, and ``from lit_fl.algorithms import RoundResult`` is th
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -33,6 +33,10 @@ class RoundResult:
     train_loss: float = float("nan")
     num_participants: int | None = None
     extra: dict[str, float] = field(default_factory=dict)
+
+    def with_extra(self, extra: dict[str, float]) -> RoundResult:
+        """This result with ``extra``'s metrics added (a later step of the round reports more)."""
+        return replace(self, extra={**self.extra, **extra})
 
     def participants(self, transfers: Iterable[tuple[int, int, float]] = ()) -> int:
         """``num_participants``, or when the method did not say: the distinct clients among the aggregator, the
