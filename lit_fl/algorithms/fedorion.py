@@ -110,12 +110,8 @@ class FedORION(ServerAlgorithm):
         global_label_loss: False = a client trains its copy of the global model on the distillation term of
             L_GMi alone, without the labels (ablation, Table 3 "w/o DML": "instead of using the whole global model
             loss on the client side (L_GMi in equation 2) we just rely on distillation part of it").
-        local_epochs: the clients' epochs per round (paper: 10).
-        loss: the clients' supervised loss (paper: ``ce``).
-        lr: eta_i, the clients' learning rate (paper: 0.01).
-        momentum: the clients' SGD momentum (paper: 0.9).
-        weight_decay: the clients' SGD weight decay (paper: none, 0).
-        batch_size: the clients' batch size (paper: 32).
+        **kwargs: the clients' SGD (:mod:`lit_fl.algorithms.settings`), the paper's by default: ``local_epochs`` 10,
+            ``lr`` 0.01 (eta_i), ``momentum`` 0.9, no ``weight_decay``, ``batch_size`` 32, ``loss`` ce.
     """
 
     #: FedORION sec. 4.1: "test set accuracy of the global server model"
