@@ -34,7 +34,8 @@ REDECLARING: dict[str, str] = {}
 ADDED_KEYS: dict[str, Any] = {"server_optimizer": "sgd", "server_lr": 1.0, "server_momentum": 0.0,
                               "server_betas": [0.9, 0.99], "server_eps": 1e-3}
 #: the built object's attribute for those keys at those defaults
-ADDED_STATE = {"server_optimizer": {"__type__": "ServerSGD", "lr": 1.0, "momentum": 0.0, "velocity": {}}}
+ADDED_STATE = {"server_optimizer": {"__type__": "ServerSGD", "lr": 1.0, "momentum": 0.0, "velocity": {}},
+               "members": {}}  # codistillation's pools as the contract's participants, built by setup
 #: attributes the round contract added to lit-fl objects, at the values that keep the old arithmetic (codistillation's
 #: FedAdam: its second moment starts at 0, as before the slot's Yogi and Adagrad needed a start of their own)
 ADDED_ATTRIBUTES = {("FedAdam", "initial_accumulator"): 0.0}

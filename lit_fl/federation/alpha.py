@@ -34,6 +34,8 @@ class AlphaSchedule:
     schedule: Literal["cyclic", "fixed"] = "cyclic"
 
     def __post_init__(self) -> None:
+        if self.schedule not in ("cyclic", "fixed"):  # the field is DFML's key alpha_schedule: name that key
+            raise ConfigError(f"algorithm.alpha_schedule: {self.schedule!r} is not allowed; allowed: cyclic, fixed")
         check_fields(self, "algorithm.")
 
     def position(self, round_: int) -> CyclePosition:
