@@ -88,7 +88,7 @@ NOT_KEY_RULES = {
     "algorithms/codistillation.py:large_clients", "algorithms/fedorion.py:no_dml", "commands/compare.py:--target",
     "algorithms/criticalfl.py:min_peers",
     "steps/target_distillation.py", "steps/not_true_distillation.py",
-    "algorithms/dsfl.py:the", "algorithms/fdmeta.py:aggregate_logits",
+    "algorithms/dsfl.py:the", "algorithms/fdmeta_logits.py:aggregate_logits",
 }
 
 
