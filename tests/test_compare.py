@@ -146,7 +146,13 @@ def test_dashboard_draws_every_figure_in_a_real_browser(sweep_dir: Path, tmp_pat
         driver.save_screenshot(str(sweep_dir / "compare" / "screenshot.png"))
     finally:
         driver.quit()
-    assert len(figures) == 10  # 5 metrics x (round, MB)
+    from lit_fl.suite.compare.curves import panels
+    from lit_fl.suite.compare.results import load_comparison
+
+    expected = panels(load_comparison([sweep_dir]))
+    assert expected[:4] == ["reported_acc", "global_acc", "global_acc_regular", "local_acc"]
+    assert len(figures) == 2 * len(expected)  # every panel x (round, MB)
+    assert figures[0]["title"].startswith("Reported accuracy")
     for fig in figures:
         assert fig["expected"] == 4  # per configuration: band + mean (seeds hidden until clicked)
         assert fig["drawn"] == fig["expected"], fig  # every visible trace drawn in the SVG
