@@ -12,6 +12,7 @@ import os
 import re
 import sys
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 from lit_fl.errors import ConfigError
@@ -24,18 +25,24 @@ _NAME = re.compile(r"^[A-Za-z0-9_.+=-]+$")
 
 def check_finite(namespace: Any, prefix: str = "") -> None:
     """Every float of the parsed config is finite (nan and inf pass ``>`` and ``<`` checks silently)."""
+    bad = next(_infinite(namespace, prefix), None)
+    if bad is not None:
+        raise ConfigError(f"{bad[0]}: must be a finite number, got {bad[1]}")
+
+
+def _infinite(namespace: Any, prefix: str) -> Iterator[tuple[str, float]]:
+    """(dotted key, value) of every float of the config that is nan or infinite, list items as ``key[i]``."""
     items = namespace.items() if hasattr(namespace, "items") else vars(namespace).items()
     for key, value in items:
         name = f"{prefix}{key}".replace(".init_args", "")
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(f"{name}: must be a finite number, got {value}")
         nested = hasattr(value, "__dict__") and type(value).__module__.startswith("jsonargparse")
         if hasattr(value, "items") or nested:
-            check_finite(value, f"{name}.")
-        elif isinstance(value, (list, tuple)):
-            for i, item in enumerate(value):
-                if isinstance(item, float) and not math.isfinite(item):
-                    raise ConfigError(f"{name}[{i}]: must be a finite number, got {item}")
+            yield from _infinite(value, f"{name}.")
+            continue
+        values = enumerate(value) if isinstance(value, (list, tuple)) else [(None, value)]
+        for i, item in values:
+            if isinstance(item, float) and not math.isfinite(item):
+                yield (name if i is None else f"{name}[{i}]"), item
 
 
 def check_experiment(experiment: Any, resume: str | None) -> None:
@@ -84,25 +91,31 @@ def check_output_folder(folder: Path, key: str) -> None:
         raise ConfigError(f"{key}: cannot create or write {folder} ({parent}: {err.strerror})") from None
 
 
+def _cuda_missing() -> str | None:
+    return None if _cuda_available() else "no CUDA GPU is visible here"
+
+
+def _mps_missing() -> str | None:
+    import torch
+
+    return None if sys.platform == "darwin" and torch.backends.mps.is_available() else "it needs Apple silicon with macOS"
+
+
+def _tpu_missing() -> str | None:
+    import importlib.util
+
+    return None if importlib.util.find_spec("torch_xla") else "it needs torch_xla, which is not installed"
+
+
+#: what each accelerator needs, as a check that returns why it is not there (None when it is); auto and cpu always are
+ACCELERATOR_NEEDS = {"gpu": _cuda_missing, "cuda": _cuda_missing, "mps": _mps_missing, "tpu": _tpu_missing}
+
+
 def check_accelerator(accelerator: str) -> None:
     """The accelerator asked for (one of ``TrainerConfig.accelerator``'s choices) is there (``auto`` always is)."""
-    if accelerator in ("gpu", "cuda"):
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ConfigError(f"trainer.accelerator: {accelerator} asked for, but no CUDA GPU is visible here; "
-                              "allowed here: auto, cpu")
-    elif accelerator == "mps":
-        import torch
-
-        if sys.platform != "darwin" or not torch.backends.mps.is_available():
-            raise ConfigError("trainer.accelerator: mps needs Apple silicon with macOS; allowed here: auto, cpu")
-    elif accelerator == "tpu":
-        try:
-            import torch_xla  # noqa: F401
-        except ImportError:
-            raise ConfigError("trainer.accelerator: tpu needs torch_xla, which is not installed; allowed here: "
-                              "auto, cpu") from None
+    missing = ACCELERATOR_NEEDS.get(accelerator, lambda: None)()
+    if missing:
+        raise ConfigError(f"trainer.accelerator: {accelerator} asked for, but {missing}; allowed here: auto, cpu")
 
 
 def check_precision(accelerator: str, precision: str) -> None:

@@ -139,3 +139,14 @@ def test_a_run_dir_on_a_file_system_that_refuses_folders_is_one_line(tmp_path: P
     lines = [line for line in result.err.splitlines() if line.strip()]
     assert lines == ["lit-fl: error: run_dir: cannot create or write /proc/lit-fl-runs (/proc: No such file or "
                      "directory)"], lines
+
+
+def test_a_nan_in_a_list_or_a_nested_section_is_named_by_its_dotted_key_and_index() -> None:
+    from lit_fl.errors import ConfigError
+    from lit_fl.validation import check_finite
+
+    check_finite({"algorithm": {"betas": [0.9, 0.99]}, "rounds": 3})  # finite: nothing said
+    with pytest.raises(ConfigError, match=r"^algorithm\.betas\[1\]: must be a finite number, got nan$"):
+        check_finite({"algorithm": {"betas": [0.9, float("nan")]}})
+    with pytest.raises(ConfigError, match=r"^data\.beta: must be a finite number, got inf$"):
+        check_finite({"data": {"beta": float("inf")}})
