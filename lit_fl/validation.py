@@ -11,8 +11,8 @@ import math
 import os
 import re
 import sys
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from lit_fl.errors import ConfigError
@@ -51,7 +51,6 @@ def check_experiment(experiment: Any, resume: str | None) -> None:
     check_run_location(experiment, resume)
     check_config(experiment)  # what the method needs (a server, one architecture, proxy data, ...)
     check_accelerator(experiment.trainer.accelerator)
-    check_precision(experiment.trainer.accelerator, experiment.trainer.precision)
     check_federation(experiment)
     check_dataset_files(experiment.data)
 
@@ -98,7 +97,8 @@ def _cuda_missing() -> str | None:
 def _mps_missing() -> str | None:
     import torch
 
-    return None if sys.platform == "darwin" and torch.backends.mps.is_available() else "it needs Apple silicon with macOS"
+    there = sys.platform == "darwin" and torch.backends.mps.is_available()
+    return None if there else "it needs Apple silicon with macOS"
 
 
 def _tpu_missing() -> str | None:
@@ -116,14 +116,6 @@ def check_accelerator(accelerator: str) -> None:
     missing = ACCELERATOR_NEEDS.get(accelerator, lambda: None)()
     if missing:
         raise ConfigError(f"trainer.accelerator: {accelerator} asked for, but {missing}; allowed here: auto, cpu")
-
-
-def check_precision(accelerator: str, precision: str) -> None:
-    """``16-mixed`` (float16 with a gradient scaler) needs a CUDA GPU; on a CPU bf16-mixed is the mixed one."""
-    if precision != "16-mixed" or accelerator not in ("auto", "cpu"):
-        return
-    if accelerator == "cpu" or not _cuda_available():
-        raise ConfigError("trainer.precision: 16-mixed needs a GPU; allowed on CPU: 32-true, bf16-mixed")
 
 
 def check_dataset_files(data: Any) -> None:

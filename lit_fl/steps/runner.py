@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from lit_fl.errors import ConfigError
 from lit_fl.steps.placement import Placement
 from lit_fl.steps.precision import Precision
 from lit_fl.steps.step_loss import has_loss_counter, phase_loss  # phase_loss: importable from here as before
@@ -54,8 +53,6 @@ class StepRunner:
         from lit_fl.steps.trainer_config import TrainerConfig
 
         TrainerConfig(accelerator, devices, num_nodes, precision=precision, fuse=fuse)  # the keys' rules, written once
-        if precision == "16-mixed" and not _gpu_selected(accelerator):
-            raise ConfigError("trainer.precision: 16-mixed needs a GPU; allowed on CPU: 32-true, bf16-mixed")
         from lightning.fabric import Fabric  # imported when a run starts: the command line stays fast
 
         multi = devices * num_nodes > 1
@@ -157,12 +154,6 @@ def _on_device(step: torch.nn.Module, device: torch.device) -> bool:
     if getattr(step, "device", device) != device:
         return False
     return all(t.device == device for t in [*step.parameters(), *step.buffers()])
-
-
-def _gpu_selected(accelerator: str) -> bool:
-    if accelerator in ("gpu", "cuda"):
-        return True
-    return accelerator == "auto" and torch.cuda.is_available()
 
 
 def leave_process_group() -> None:

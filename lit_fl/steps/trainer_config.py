@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from lit_fl.constraints import PositiveInt, check_fields
+from lit_fl.errors import ConfigError
 
 
 @dataclass
@@ -38,3 +39,16 @@ class TrainerConfig:
 
     def __post_init__(self) -> None:
         check_fields(self, "trainer.")
+        if self.precision == "16-mixed" and not gpu_selected(self.accelerator):
+            raise ConfigError("trainer.precision: 16-mixed needs a GPU; allowed on CPU: 32-true, bf16-mixed")
+
+
+def gpu_selected(accelerator: str) -> bool:
+    """Whether ``accelerator`` runs on a CUDA GPU (``auto`` does where one is visible; torch imported only then)."""
+    if accelerator in ("gpu", "cuda"):
+        return True
+    if accelerator != "auto":
+        return False
+    import torch
+
+    return torch.cuda.is_available()
