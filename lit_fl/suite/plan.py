@@ -12,7 +12,7 @@ from lit_fl.errors import ConfigError, DatasetNotFoundError
 from lit_fl.suite.controlled import check_controlled
 from lit_fl.suite.engine import agent_args, iter_expand
 from lit_fl.suite.manifest import Manifest, SweepRun
-from lit_fl.suite.paper import Paper, check_claims, load_paper, paper_row
+from lit_fl.suite.paper import Paper, check_matches, load_paper
 from lit_fl.suite.sweep_file import SweepFile
 
 
@@ -84,16 +84,12 @@ def _check_signature(params: dict[str, Any]) -> set[tuple[Any, str, str]]:
 
 
 def check_paper(sweep: SweepFile, manifest: Manifest) -> Paper | None:
-    """The sweep's paper numbers, each row matching at least one run, each claim comparing configurations that
-    differ only in what it is about (:func:`lit_fl.suite.controlled.check_controlled`)."""
+    """The sweep's paper numbers, each row and claim matching at least one run, each claim comparing configurations
+    that differ only in what it is about (:func:`lit_fl.suite.controlled.check_controlled`)."""
     if not sweep.paper_path.is_file():
         return None
     paper = load_paper(sweep.paper_path)
-    for i, row in enumerate(paper.rows, start=1):
-        single = Paper(paper.source, paper.metric, [row])
-        if not any(paper_row(single, run.params, row.metric) for run in manifest.runs):
-            raise ConfigError(f"paper numbers {sweep.paper_path}: row {i} ({row.match}) matches no run of the sweep")
-    check_claims(paper, sweep.paper_path, [run.params for run in manifest.runs])
+    check_matches(paper, sweep.paper_path, [run.params for run in manifest.runs])
     check_controlled(paper, sweep.paper_path, manifest)
     return paper
 
