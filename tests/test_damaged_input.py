@@ -141,7 +141,7 @@ CASES: list[tuple[str, Callable[[Path], None], list[str], list[str]]] = [
     ("sweep-a-list", _write("sweep.yaml", "- program\n"), SWEEP, ["sweep.yaml", "mapping"]),
     ("sweep-empty", _write("sweep.yaml", ""), SWEEP, ["sweep.yaml", "mapping"]),
     ("sweep-unknown-key", _edit_sweep(paramters={}), SWEEP, ["sweep.yaml", "paramters"]),
-    ("sweep-program", _edit_sweep(program="python"), SWEEP, ["program must be lit-fl"]),
+    ("sweep-program", _edit_sweep(program="python"), SWEEP, ["program", "unknown value 'python'", "allowed: lit-fl"]),
     ("sweep-bayes-offline", _edit_sweep(method="bayes", metric={"name": "global_acc", "goal": "maximize"}), SWEEP,
      ["bayes", "--wandb"]),
     ("sweep-random-without-count", _edit_sweep(method="random"), SWEEP, ["--count"]),
