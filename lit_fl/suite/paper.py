@@ -135,7 +135,8 @@ class Paper(FileModel):
         """A claim compares one kind of quantity, and the paper's numbers of an accuracy are fractions."""
         for i, claim in enumerate(self.claims):
             metric = claim.metric or self.metric
-            kinds = {(k.is_accuracy, k.lower_is_better) for k in map(MetricKind, (metric, claim.worse_metric or metric))}
+            sides = map(MetricKind, (metric, claim.worse_metric or metric))
+            kinds = {(kind.is_accuracy, kind.lower_is_better) for kind in sides}
             if len(kinds) > 1:
                 raise refuse(["claims", i, "worse_metric"], f"{claim.worse_metric!r} is not measured like {metric!r} "
                              "(a claim compares one kind of quantity)")
