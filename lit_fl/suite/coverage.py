@@ -32,21 +32,26 @@ TOLERANCE = 0.05
 Count = Annotated[int, Field(strict=True, ge=0)]
 
 
-class Extra(FileModel):
+class Produced(FileModel):
+    """What a shipped sweep produces (``sweep``), or ``reason`` why none does: exactly one of the two."""
+
+    sweep: Text = ""
+    reason: Prose = ""
+
+    @model_validator(mode="after")
+    def _produced_or_why_not(self) -> Produced:
+        if bool(self.sweep) == bool(self.reason):
+            raise refuse([], "needs exactly one of sweep and reason", ["sweep", "reason"])
+        return self
+
+
+class Extra(Produced):
     """``count`` cells (described by ``cells``) that are no row of a sweep: produced by ``sweep`` (``how``), or not
     (``reason``)."""
 
     cells: Label
     count: Annotated[Count, Field(ge=1)]
-    sweep: Text = ""
     how: Prose = ""
-    reason: Prose = ""
-
-    @model_validator(mode="after")
-    def _produced_or_why_not(self) -> Extra:
-        if bool(self.sweep) == bool(self.reason):
-            raise refuse([], "needs exactly one of sweep (with how) and reason", ["sweep", "reason"])
-        return self
 
 
 class Table(FileModel):
@@ -66,18 +71,10 @@ class Table(FileModel):
         return self
 
 
-class Figure(FileModel):
+class Figure(Produced):
     """A figure: the sweep whose claims check its comparisons, or the ``reason`` it is not produced."""
 
     name: Text
-    sweep: Text = ""
-    reason: Prose = ""
-
-    @model_validator(mode="after")
-    def _sweep_or_why_not(self) -> Figure:
-        if bool(self.sweep) == bool(self.reason):
-            raise refuse([], "needs exactly one of sweep and reason", ["sweep", "reason"])
-        return self
 
 
 class PaperEntry(FileModel):
