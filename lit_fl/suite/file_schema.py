@@ -106,7 +106,7 @@ def _adapter(model: Any) -> TypeAdapter[Any]:
 def problem(model: Any, error: Any) -> str:
     """One pydantic error (an item of ``ValidationError.errors()``) as ``<location>: <problem>; allowed: ...``."""
     ctx = error.get("ctx") or {}
-    loc = tuple(part for part in error["loc"] if part != "[key]") + tuple(ctx.get("at", ()))
+    loc = _plain(model, tuple(part for part in error["loc"] if part != "[key]")) + tuple(ctx.get("at", ()))
     kind, got = error["type"], _shown(error.get("input"))
     allowed: list[str] = []
     if kind == "json_invalid":
@@ -160,7 +160,15 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _type_at(model: Any, loc: Sequence[str | int]) -> Any:
+def _plain(model: Any, loc: tuple[str | int, ...]) -> tuple[str | int, ...]:
+    """``loc`` without the tags pydantic adds for the member of a union it tried (``sweeps.1.constrained-str``)."""
+    for end in range(len(loc)):
+        if isinstance(loc[end], str) and _is_union(_unannotated(_type_at(model, loc[:end], bare=False))):
+            return loc[:end] + _plain(None, loc[end + 1:])
+    return loc
+
+
+def _type_at(model: Any, loc: Sequence[str | int], bare: bool = True) -> Any:
     """The declared type at ``loc`` inside ``model`` (None where the location leaves the declarations)."""
     tp = model
     for part in loc:
@@ -175,7 +183,18 @@ def _type_at(model: Any, loc: Sequence[str | int]) -> Any:
             tp = get_args(tp)[1]
         else:
             return None
-    return _bare(tp)
+    return _bare(tp) if bare else tp
+
+
+def _unannotated(tp: Any) -> Any:
+    while get_origin(tp) is Annotated:
+        tp = get_args(tp)[0]
+    return tp
+
+
+def _is_union(tp: Any) -> bool:
+    members = [a for a in get_args(tp) if a is not type(None)]
+    return get_origin(tp) in (typing.Union, types.UnionType) and len(members) > 1
 
 
 def _bare(tp: Any) -> Any:
