@@ -72,7 +72,7 @@ Column = Text
 #: a finite number (not a bool, not a string)
 Number = Annotated[float, Strict(), Field(allow_inf_nan=False)]
 #: a fraction in [0, 1], as metrics.csv holds accuracies
-Fraction = Annotated[Number, AfterValidator(lambda v: _fraction(v))]
+Fraction = Annotated[Number, AfterValidator(_fraction)]
 #: a seed: an integer >= 0 (not a bool)
 Seed = Annotated[int, Strict(), Field(ge=0)]
 
@@ -116,9 +116,8 @@ def problem(model: Any, error: Any) -> str:
         text, allowed = f"unknown key {key!r}", _keys(_type_at(model, loc))
     elif kind in ("missing", "missing_argument"):
         loc, key = loc[:-1], loc[-1]
-        text, allowed = f"needs key {key!r}", _keys(_type_at(model, loc), required=True)
-        text += "; required" if allowed else ""
-        return f"{_where(loc)}{text}: {', '.join(allowed)}" if allowed else f"{_where(loc)}{text}"
+        required = _keys(_type_at(model, loc), required=True)
+        text = f"needs key {key!r}" + (f"; required: {', '.join(required)}" if required else "")
     elif kind == "literal_error":
         text, allowed = f"unknown value {got}", [str(a) for a in _choices(_type_at(model, loc))]
     elif kind in ("model_type", "dataclass_type", "model_attributes_type", "dict_type"):
