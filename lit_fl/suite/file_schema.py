@@ -67,6 +67,8 @@ Text = Annotated[StrictStr, StringConstraints(strip_whitespace=True, min_length=
 Prose = Annotated[Text, AfterValidator(_one_line)]
 #: text, or a number read as text (a label, a source); may be empty
 Label = Annotated[StrictStr, BeforeValidator(_as_text)]
+#: a label on one line (a note written over several YAML lines); may be empty
+Note = Annotated[Label, AfterValidator(_one_line)]
 #: a metrics.csv column's name
 Column = Text
 #: a finite number (not a bool, not a string)

@@ -47,10 +47,11 @@ from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
 from lit_fl.errors import ConfigError
 from lit_fl.strict_yaml import load_yaml
-from lit_fl.suite.file_schema import Column, FileModel, Fraction, Label, Number, Prose, Text, read_as, refuse
+from lit_fl.suite.file_schema import Column, FileModel, Fraction, Label, Note, Number, Prose, Text, read_as, refuse
 from lit_fl.tracking.metric_kind import MetricKind
 
-AT = ("final", "best")
+#: where a claim reads its runs: the last evaluated round, or each run's best
+At = Literal["final", "best"]
 
 
 def _no_seed(match: dict[str, Any]) -> dict[str, Any]:
@@ -89,13 +90,14 @@ class Claim(FileModel):
     better: ClaimMatch
     worse: Annotated[tuple[ClaimMatch, ...], BeforeValidator(_listed), Field(min_length=1)]
     metric: Column | None = None
-    at: Literal["final", "best"] = "final"
+    at: At = "final"
     paper: tuple[Number, ...] = ()
     source: Label = ""
-    note: Annotated[Label, AfterValidator(lambda text: " ".join(text.split()))] = ""  # shown by docs/reproductions.md
-    about: Annotated[tuple[Text, ...], Field(min_length=1)] = ()  # the config key prefixes it is about (empty: its
-    #                                                                  matches' keys)
-    differs: Annotated[dict[Text, Prose], Field(min_length=1)] = {}  # other keys allowed to differ, with the reason
+    note: Note = ""  # what was found about it at this scale (shown by docs/reproductions.md)
+    #: the config key prefixes the claim is about (empty: those its matches name)
+    about: Annotated[tuple[Text, ...], Field(min_length=1)] = ()
+    #: other keys allowed to differ, with the paper's reason
+    differs: Annotated[dict[Text, Prose], Field(min_length=1)] = {}
     #: the worse side's column, when the paper reports another quantity for those methods (FedORION sec. 4.1:
     #: FedMD and KT-pFL learn no server model and report their clients' mean accuracy); None: ``metric``
     worse_metric: Column | None = None
