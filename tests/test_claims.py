@@ -57,13 +57,13 @@ def comparison(runs: list[RunResult], *claims: Claim, metric: str = "global_acc"
         key = json.dumps(r.params, sort_keys=True)
         label = f"{Path(r.params['config']).stem} beta={r.params['data.beta']}"
         groups.setdefault(key, Group(label, dict(r.params))).runs.append(r)
-    paper = Paper("test", metric, [], tuple(claims))
+    paper = Paper(source="test", metric=metric, rows=[], claims=tuple(claims))
     return Comparison("t", list(groups.values()), paper, metric, Path("sweep"))
 
 
 def claim(better: str = DFML, worse: str | list[str] = FEDAVG, **kwargs: Any) -> Claim:
     worse_matches = tuple({"config": w} for w in ([worse] if isinstance(worse, str) else worse))
-    return Claim("DFML above FedAvg", {"config": better}, worse_matches, **kwargs)
+    return Claim(text="DFML above FedAvg", better={"config": better}, worse=worse_matches, **kwargs)
 
 
 def only(results: list[ClaimResult]) -> ClaimResult:
@@ -219,7 +219,7 @@ def test_worse_metric_reads_the_worse_sides_own_column() -> None:
 
 def test_a_worse_metric_no_run_has_is_one_line() -> None:
     runs = [run(DFML, s, 0.8) for s in range(2)] + [run(FEDAVG, s, 0.7) for s in range(2)]
-    with pytest.raises(ConfigError, match="claim 1 key 'worse_metric': no run has a 'local_acc' column"):
+    with pytest.raises(ConfigError, match=r"claims\[1\]\.worse_metric: no run has a 'local_acc' column"):
         evaluate_claims(comparison(runs, claim(worse_metric="local_acc")))
 
 
@@ -339,30 +339,32 @@ def test_a_claim_is_read_with_its_defaults(tmp_path: Path) -> None:
     full = {**GOOD, "worse": [{"config": FEDAVG}, {"config": FEDPROX}], "metric": "local_acc", "at": "best",
             "paper": [0.8, 0.7, 0.75], "source": "Table 6"}
     first, second = load_paper(write_paper(tmp_path, GOOD, full)).claims
-    assert first == Claim("DFML above FedAvg (Table 6)", {"config": DFML}, ({"config": FEDAVG},))
+    assert first == Claim(text="DFML above FedAvg (Table 6)", better={"config": DFML}, worse=({"config": FEDAVG},))
     assert (first.metric, first.at, first.paper) == (None, "final", ())
     assert second.worse == ({"config": FEDAVG}, {"config": FEDPROX}) and second.paper == (0.8, 0.7, 0.75)
     assert (second.metric, second.at, second.source) == ("local_acc", "best", "Table 6")
 
 
 @pytest.mark.parametrize(("change", "message"), [
-    ({"beter": {"config": DFML}}, "claim 2 has unknown key 'beter'"),
-    ({"worse": {}}, "claim 2 key 'worse' must be a non-empty mapping"),
-    ({"worse": [{"config": FEDAVG}, "fedprox"]}, "claim 2 key 'worse' must be a non-empty mapping"),
-    ({"worse": []}, "claim 2 key 'worse' must be a match or a non-empty list"),
-    ({"better": "dfml"}, "claim 2 key 'better' must be a non-empty mapping"),
-    ({"better": {"config": DFML, "seed": 0}}, "claim 2 key 'better' must not match seed"),
-    ({"at": "last"}, "claim 2 key 'at' must be final or best, got 'last'"),
-    ({"paper": [0.8]}, "claim 2 key 'paper' must be a list of 2 numbers"),
-    ({"paper": [73.66, 65.43]}, "claim 2 key 'paper' must be fractions in [0, 1]"),
-    ({"claim": ""}, "claim 2 key 'claim' must be the claim's text"),
-    ({"metric": 3}, "claim 2 key 'metric' must be a metrics.csv column name"),
-    ({"worse_metric": ""}, "claim 2 key 'worse_metric' must be a metrics.csv column name"),
-    ({"worse_metric": "train_loss"}, "claim 2 key 'worse_metric': 'train_loss' is not measured like 'global_acc'"),
-    ({"about": "algorithm"}, "claim 2 key 'about' must be a non-empty list of config keys"),
-    ({"about": []}, "claim 2 key 'about' must be a non-empty list of config keys"),
-    ({"differs": {"rounds": ""}}, "claim 2 key 'differs' must map config keys to the paper's reason"),
-    ({"differs": ["rounds"]}, "claim 2 key 'differs' must map config keys to the paper's reason"),
+    ({"beter": {"config": DFML}}, "claims[2]: unknown key 'beter'; allowed: about, at, better, claim, differs, "
+                                  "metric, note, paper, source, worse, worse_metric"),
+    ({"worse": {}}, "claims[2].worse[1]: expected at least 1 item(s), got {}"),
+    ({"worse": [{"config": FEDAVG}, "fedprox"]}, "claims[2].worse[2]: expected a mapping, got 'fedprox'"),
+    ({"worse": []}, "claims[2].worse: expected at least 1 item(s), got []"),
+    ({"better": "dfml"}, "claims[2].better: expected a mapping, got 'dfml'"),
+    ({"better": {"config": DFML, "seed": 0}}, "claims[2].better: must not match seed"),
+    ({"at": "last"}, "claims[2].at: unknown value 'last'; allowed: final, best"),
+    ({"paper": [0.8]}, "claims[2].paper: must be a list of 2 numbers (better, then each worse), got [0.8]"),
+    ({"paper": [73.66, 65.43]}, "claims[2].paper: must be fractions in [0, 1] for an accuracy"),
+    ({"paper": [0.8, float("nan")]}, "claims[2].paper[2]: expected a finite number, got nan"),
+    ({"claim": ""}, "claims[2].claim: expected non-empty text, got ''"),
+    ({"metric": 3}, "claims[2].metric: expected text, got 3"),
+    ({"worse_metric": ""}, "claims[2].worse_metric: expected non-empty text, got ''"),
+    ({"worse_metric": "train_loss"}, "claims[2].worse_metric: 'train_loss' is not measured like 'global_acc'"),
+    ({"about": "algorithm"}, "claims[2].about: expected a list, got 'algorithm'"),
+    ({"about": []}, "claims[2].about: expected at least 1 item(s), got []"),
+    ({"differs": {"rounds": ""}}, "claims[2].differs.rounds: expected non-empty text, got ''"),
+    ({"differs": ["rounds"]}, "claims[2].differs: expected a mapping, got ['rounds']"),
 ])
 def test_a_malformed_claim_is_one_line_naming_the_file_claim_and_key(tmp_path: Path, change: dict[str, Any],
                                                                      message: str) -> None:
@@ -392,23 +394,24 @@ def test_a_malformed_choice_is_one_line(tmp_path: Path, choices: Any) -> None:
 
 
 @pytest.mark.parametrize(("missing", "message"), [
-    ("better", "claim 1 needs key 'better'"), ("worse", "claim 1 needs key 'worse'"),
-    ("claim", "claim 1 needs key 'claim'"),
+    ("better", r"claims\[1\]: needs key 'better'; required: better, claim, worse"),
+    ("worse", r"claims\[1\]: needs key 'worse'; required: better, claim, worse"),
+    ("claim", r"claims\[1\]: needs key 'claim'; required: better, claim, worse"),
 ])
 def test_a_claim_without_better_worse_or_text_is_refused(tmp_path: Path, missing: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load_paper(write_paper(tmp_path, {k: v for k, v in GOOD.items() if k != missing}))
-    with pytest.raises(ConfigError, match="claims must be a list"):
+    with pytest.raises(ConfigError, match="claims: expected a list, got"):
         load_paper(write_paper(tmp_path, claims=GOOD))
 
 
 def test_a_claim_matching_no_run_or_no_pair_is_refused() -> None:
     runs = [run(DFML, 0, 0.8), run(FEDAVG, 0, 0.7, beta=0.5)]
-    with pytest.raises(ConfigError, match=r"^paper numbers sweep/paper.yaml: claim 1 key 'worse' \(.*fedprox"):
+    with pytest.raises(ConfigError, match=r"^paper numbers sweep/paper.yaml: claims\[1\]\.worse: .*fedprox.* matches"):
         evaluate_claims(comparison(runs, claim(worse=FEDPROX)))
-    with pytest.raises(ConfigError, match="claim 1 keys 'better', 'worse': no configuration matching better"):
+    with pytest.raises(ConfigError, match=r"claims\[1\]\.better, worse: no configuration matching better"):
         evaluate_claims(comparison(runs, claim()))  # dfml ran at beta 0.1 only, fedavg at 0.5 only
-    with pytest.raises(ConfigError, match="claim 1 key 'metric': no run has a 'local_acc' column"):
+    with pytest.raises(ConfigError, match=r"claims\[1\]\.metric: no run has a 'local_acc' column"):
         evaluate_claims(comparison(runs, claim(metric="local_acc")))
 
 
@@ -469,8 +472,8 @@ def test_compare_refuses_a_claim_matching_no_run_in_one_line_and_writes_nothing(
     root = sweep_dir(tmp_path / "toy", [GOOD, bad], {(DFML, 0): 0.8, (FEDAVG, 0): 0.7})
     result = run_cli("compare", root)
     assert result.rc == 2
-    assert result.err.strip() == (f"lit-fl: error: paper numbers {root / 'paper.yaml'}: claim 2 key 'worse' "
-                                  "({'config': 'experiments/fedprox.yaml'}) matches no run of the sweep")
+    assert result.err.strip() == (f"lit-fl: error: paper numbers {root / 'paper.yaml'}: claims[2].worse: "
+                                  "{'config': 'experiments/fedprox.yaml'} matches no run of the sweep")
     assert not (root / "compare").exists()
 
 

@@ -123,7 +123,7 @@ CASES: list[tuple[str, Callable[[Path], None], list[str], list[str]]] = [
      ["compare", "{tmp}/sweep"], ["paper.yaml", "fraction"]),
     ("compare-paper-claim-unknown-key", _write(
         "sweep/paper.yaml", "rows: []\nclaims: [{claim: c, better: {seed: 0}, worse: {seed: 1}, when: now}]\n"),
-     ["compare", "{tmp}/sweep"], ["paper.yaml", "claim 1", "when"]),
+     ["compare", "{tmp}/sweep"], ["paper.yaml", "claims[1]", "unknown key 'when'", "allowed: about, at, better"]),
     # compare: what it writes and its options
     ("compare-out-is-a-file", _nothing, ["compare", "{tmp}/runs", "--out", "{tmp}/a-file"], ["--out", "not a folder"]),
     ("compare-out-under-a-file", _nothing, ["compare", "{tmp}/runs", "--out", "{tmp}/a-file/out"], ["--out"]),
@@ -141,7 +141,7 @@ CASES: list[tuple[str, Callable[[Path], None], list[str], list[str]]] = [
     ("sweep-a-list", _write("sweep.yaml", "- program\n"), SWEEP, ["sweep.yaml", "mapping"]),
     ("sweep-empty", _write("sweep.yaml", ""), SWEEP, ["sweep.yaml", "mapping"]),
     ("sweep-unknown-key", _edit_sweep(paramters={}), SWEEP, ["sweep.yaml", "paramters"]),
-    ("sweep-program", _edit_sweep(program="python"), SWEEP, ["program must be lit-fl"]),
+    ("sweep-program", _edit_sweep(program="python"), SWEEP, ["program", "unknown value 'python'", "allowed: lit-fl"]),
     ("sweep-bayes-offline", _edit_sweep(method="bayes", metric={"name": "global_acc", "goal": "maximize"}), SWEEP,
      ["bayes", "--wandb"]),
     ("sweep-random-without-count", _edit_sweep(method="random"), SWEEP, ["--count"]),
@@ -153,10 +153,10 @@ CASES: list[tuple[str, Callable[[Path], None], list[str], list[str]]] = [
     ("sweep-config-duplicate-key", _write("cfg.yaml", "rounds: 1\nrounds: 2\n"), SWEEP,
      ["cfg.yaml", "duplicate key 'rounds'"]),
     ("sweep-paper-row-matches-nothing", _write("sweep.paper.yaml", "rows: [{match: {seed: 9}, value: 0.5}]\n"), SWEEP,
-     ["sweep.paper.yaml", "row 1", "matches no run"]),
+     ["sweep.paper.yaml", "rows[1]", "matches no run"]),
     ("sweep-paper-claim-matches-nothing", _write(
         "sweep.paper.yaml", "rows: []\nclaims: [{claim: c, better: {rounds: 9}, worse: {rounds: 8}}]\n"), SWEEP,
-     ["sweep.paper.yaml", "claim 1", "matches no run"]),
+     ["sweep.paper.yaml", "claims[1].better", "matches no run"]),
     # sweep: its options and what it writes
     ("sweep-jobs-zero", _nothing, [*SWEEP, "--jobs", "0"], ["--jobs"]),
     ("sweep-count-zero", _nothing, [*SWEEP, "--count", "0"], ["--count"]),

@@ -117,12 +117,24 @@ def _local_command(path: Path, tmp_path: Path) -> list[str]:
 
 
 BAD = [
-    ("unknown-key", "program: lit-fl\nmethod: grid\nparamters: {seed: {values: [0]}}\n", "paramters"),
+    ("unknown-key", "program: lit-fl\nmethod: grid\nparamters: {seed: {values: [0]}}\n",
+     "unknown key 'paramters'; allowed: apiVersion, command, controller"),
+    ("grid-distribution", "program: lit-fl\nmethod: grid\nparameters: {lr: {min: 0.1, max: 1.0}}\n",
+     "parameters.lr: a grid takes value, values, int_uniform or q_uniform parameters"),
+    ("program", "program: python\nmethod: grid\nparameters: {seed: {values: [0]}}\n",
+     "program: unknown value 'python'; allowed: lit-fl"),
     ("unknown-config", None, "no-such-config.yaml"),
     ("malformed", "program: lit-fl\nmethod: grid\nparameters: [seed: {values: [0]\n", "malformed YAML"),
     ("bad-fit-key", None, "data.betta"),
     ("bayes", None, "bayes"),
 ]
+
+
+def test_the_sweep_file_model_declares_the_keys_of_wandbs_schema() -> None:
+    from lit_fl.suite.schema import schema_keys
+    from lit_fl.suite.sweep_file import SweepSpec
+
+    assert set(SweepSpec.model_fields) == schema_keys()
 
 
 @pytest.mark.parametrize(("case", "text", "words"), BAD, ids=[b[0] for b in BAD])

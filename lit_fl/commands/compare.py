@@ -40,6 +40,7 @@ def main(argv: Sequence[str]) -> int:
 
 
 def compare(args: argparse.Namespace) -> int:
+    from lit_fl.constraints import Bounds
     from lit_fl.io import atomic_write_text
     from lit_fl.suite.compare.claims import evaluate_claims
     from lit_fl.suite.compare.dashboard import write_dashboard
@@ -64,9 +65,8 @@ def compare(args: argparse.Namespace) -> int:
     out = args.out or (args.paths[0] / "compare" if is_sweep_dir(args.paths[0]) else Path("compare"))
     check_output_folder(out, "--out")  # before anything is read or computed
     comparison = load_comparison(args.paths, args.metric)
-    if MetricKind(comparison.metric).is_accuracy and not 0.0 < args.target <= 1.0:
-        raise ConfigError(f"--target: {comparison.metric} is an accuracy, so the target must be in (0, 1]; "
-                          f"got {args.target}")
+    if MetricKind(comparison.metric).is_accuracy:
+        Bounds(0, 1, low_open=True, note=f"({comparison.metric} is an accuracy)").check("--target", args.target)
     claims = evaluate_claims(comparison)  # the paper's claims, paired by seed (before anything is written)
     out.mkdir(parents=True, exist_ok=True)
     markdown = to_markdown(comparison, args.target) + claims_markdown(claims) + left_out_markdown(comparison)

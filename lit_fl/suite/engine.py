@@ -80,7 +80,7 @@ def _grid(sweep: SweepFile) -> tuple[Any, list[Any], list[list[Any]]]:
     """W&B's grid (``sweeps.grid_search``) as a lazy product: the parameter set, its categorical parameters and
     each one's distinct values (W&B's engine walks the product of all values and skips a combination it has seen,
     by YAML hash: the product of the first occurrences, in the same order). int_uniform and q_uniform parameters
-    become their values, as in the engine; any other distribution is refused in one line."""
+    become their values, as in the engine (the sweep file's check refuses any other distribution in a grid)."""
     with _quiet():
         from sweeps.grid_search import yaml_hash
         from sweeps.params import HyperParameter, HyperParameterSet
@@ -91,11 +91,8 @@ def _grid(sweep: SweepFile) -> tuple[Any, list[Any], list[list[Any]]]:
             values = list(range(param.config["min"], param.config["max"] + 1))
         elif param.type == HyperParameter.Q_UNIFORM:
             values = np.arange(param.config["min"], param.config["max"], param.config["q"]).tolist()
-        elif param.type in (HyperParameter.CATEGORICAL, HyperParameter.CONSTANT):
+        else:  # value, values (the sweep file refuses any other distribution in a grid)
             continue
-        else:
-            raise ConfigError(f"sweep {sweep.path}: parameters.{param.name}: a grid takes value, values, int_uniform "
-                              "or q_uniform parameters; another distribution needs method random")
         params[i] = HyperParameter(param.name, {"distribution": "categorical", "values": values})
     discrete = [p for p in params if p.type == HyperParameter.CATEGORICAL]
     return params, discrete, [_distinct(p.config["values"], yaml_hash) for p in discrete]

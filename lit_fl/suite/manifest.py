@@ -14,23 +14,29 @@ A run's *configuration* is its parameters without ``seed``: mean and std are tak
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
-from lit_fl.errors import ConfigError
+from pydantic import ConfigDict
+from pydantic.dataclasses import dataclass
+
 from lit_fl.io import atomic_write_text
+from lit_fl.suite.file_schema import read_as
 
 MANIFEST = "manifest.json"
-STATUSES = ("pending", "running", "completed", "interrupted", "failed")
+Status = Literal["pending", "running", "completed", "interrupted", "failed"]
+STATUSES = get_args(Status)
+#: the manifest's JSON as written: nothing more (a key it does not know means another program's file)
+_STRICT = ConfigDict(extra="forbid", strict=True)
 
 
-@dataclass
+@dataclass(config=_STRICT)
 class SweepRun:
     name: str
     params: dict[str, Any]
     command: list[str]
-    status: str = "pending"
+    status: Status = "pending"
     run_dir: str = ""  # relative to the sweep directory
 
     @property
@@ -38,7 +44,7 @@ class SweepRun:
         return {k: v for k, v in self.params.items() if k != "seed"}
 
 
-@dataclass
+@dataclass(config=_STRICT)
 class Manifest:
     sweep: str
     method: str
@@ -52,19 +58,10 @@ class Manifest:
 
     @classmethod
     def load(cls, sweep_dir: Path) -> Manifest:
-        """The saved manifest; a damaged one is a :class:`ConfigError` line naming it."""
+        """The saved manifest; a damaged one is a :class:`ConfigError` line naming it and the key."""
         path = Path(sweep_dir) / MANIFEST
-        try:
-            raw = json.loads(path.read_text())
-            runs = [SweepRun(**run) for run in raw.pop("runs")]
-            manifest = cls(**raw, runs=runs)
-        except (ValueError, TypeError, KeyError, AttributeError) as err:  # JSON, keys, types: all mean damaged
-            reason = str(err).splitlines()[0][:120] if str(err) else type(err).__name__
-            raise ConfigError(f"{path}: damaged ({reason}); run the sweep again into another --run_dir") from None
-        if not all(isinstance(run.params, dict) and isinstance(run.command, list) for run in manifest.runs):
-            raise ConfigError(f"{path}: damaged (a run without params or command); run the sweep again into another "
-                              "--run_dir")
-        return manifest
+        return read_as(cls, path.read_bytes(), f"{path}: damaged", json=True,
+                       hint="run the sweep again into another --run_dir")
 
 
 def is_sweep_dir(path: Path) -> bool:

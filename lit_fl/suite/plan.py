@@ -12,7 +12,7 @@ from lit_fl.errors import ConfigError, DatasetNotFoundError
 from lit_fl.suite.controlled import check_controlled
 from lit_fl.suite.engine import agent_args, iter_expand
 from lit_fl.suite.manifest import Manifest, SweepRun
-from lit_fl.suite.paper import Paper, check_claims, load_paper, paper_row
+from lit_fl.suite.paper import Paper, check_matches, load_paper
 from lit_fl.suite.sweep_file import SweepFile
 
 
@@ -68,10 +68,9 @@ def checked_runs(runs: Iterable[SweepRun], file: str) -> Iterator[SweepRun]:
                 prepare(parser.parse_args(resolve_config_files(run.command[2:])), parser)
             except DatasetNotFoundError:  # planned on a machine without the data (a login node): each run checks it
                 pass
-            except ConfigError as err:
-                raise ConfigError(f"sweep {file}: run {run.name}: {err}") from None
-            except Exception as err:  # jsonargparse reports bad keys and values as exceptions of its own
-                message = one_line(err, config_keys(), algorithm_class_paths())
+            except Exception as err:  # lit-fl's ConfigError, or jsonargparse's own exceptions for bad keys and values
+                message = str(err) if isinstance(err, ConfigError) else one_line(err, config_keys(),
+                                                                                 algorithm_class_paths())
                 raise ConfigError(f"sweep {file}: run {run.name}: {message}") from None
             checked |= signature
         yield run
@@ -84,16 +83,12 @@ def _check_signature(params: dict[str, Any]) -> set[tuple[Any, str, str]]:
 
 
 def check_paper(sweep: SweepFile, manifest: Manifest) -> Paper | None:
-    """The sweep's paper numbers, each row matching at least one run, each claim comparing configurations that
-    differ only in what it is about (:func:`lit_fl.suite.controlled.check_controlled`)."""
+    """The sweep's paper numbers, each row and claim matching at least one run, each claim comparing configurations
+    that differ only in what it is about (:func:`lit_fl.suite.controlled.check_controlled`)."""
     if not sweep.paper_path.is_file():
         return None
     paper = load_paper(sweep.paper_path)
-    for i, row in enumerate(paper.rows, start=1):
-        single = Paper(paper.source, paper.metric, [row])
-        if not any(paper_row(single, run.params, row.metric) for run in manifest.runs):
-            raise ConfigError(f"paper numbers {sweep.paper_path}: row {i} ({row.match}) matches no run of the sweep")
-    check_claims(paper, sweep.paper_path, [run.params for run in manifest.runs])
+    check_matches(paper, sweep.paper_path, [run.params for run in manifest.runs])
     check_controlled(paper, sweep.paper_path, manifest)
     return paper
 
@@ -104,20 +99,20 @@ def normalise_overrides(argv: list[str]) -> list[str]:
     in one line (``--run_dir`` is the sweep's own option)."""
     out, i = [], 0
     while i < len(argv):
-        arg = argv[i]
+        arg, option = argv[i], argv[i].split("=", 1)[0]
+        value_next = "=" not in arg and i + 1 < len(argv) and not argv[i + 1].startswith("--")
         if not arg.startswith("--"):
-            raise ConfigError(f"sweep: expected --key value overrides after the sweep file, got {arg!r}")
-        if arg.split("=", 1)[0] in ("--resume", "--name"):
-            raise ConfigError(f"sweep: {arg.split('=', 1)[0]} is not passed to a sweep's runs: every run has its "
-                              "own folder, and running the sweep again continues its stopped runs")
-        if "=" in arg:
-            out.append(arg)
-            i += 1
-        elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-            out.append(f"{arg}={argv[i + 1]}")
-            i += 2
+            problem = f"expected --key value overrides after the sweep file, got {arg!r}"
+        elif option in ("--resume", "--name"):
+            problem = (f"{option} is not passed to a sweep's runs: every run has its own folder, and running the "
+                       "sweep again continues its stopped runs")
+        elif "=" not in arg and not value_next:
+            problem = f"override {arg} needs a value"
         else:
-            raise ConfigError(f"sweep: override {arg} needs a value")
+            out.append(arg if "=" in arg else f"{arg}={argv[i + 1]}")
+            i += 1 if "=" in arg else 2
+            continue
+        raise ConfigError(f"sweep: {problem}")
     return out
 
 

@@ -189,12 +189,12 @@ def regular_model_claims(comparison: Comparison) -> list[ClaimResult]:
         regular = f"{metric}_regular"
         if any(_differ(run, metric, regular) for run in comparison.runs):
             worse = f"{claim.worse_metric}_regular" if claim.worse_metric else None
-            twins.append(replace(claim, metric=regular, worse_metric=worse, paper=()))
+            twins.append(claim.model_copy(update={"metric": regular, "worse_metric": worse, "paper": ()}))
             numbers.append(number)
     if not twins:
         return []
     twin = copy.copy(comparison)
-    twin.paper = replace(paper, claims=tuple(twins))
+    twin.paper = paper.model_copy(update={"claims": tuple(twins)})
     return [replace(result, number=numbers[result.number - 1]) for result in evaluate_claims(twin)]
 
 

@@ -39,3 +39,13 @@ def schema_keys() -> set[str]:
         from sweeps.config.schema import sweep_config_jsonschema
 
     return set(sweep_config_jsonschema["properties"])
+
+
+def not_enumerable(parameters: dict[str, Any]) -> list[str]:
+    """The parameters a grid cannot enumerate: distributions other than int_uniform and q_uniform (W&B's engine
+    classifies each parameter from its keys)."""
+    with quiet():
+        from sweeps.params import HyperParameter, HyperParameterSet
+
+    grid = (HyperParameter.CATEGORICAL, HyperParameter.CONSTANT, HyperParameter.INT_UNIFORM, HyperParameter.Q_UNIFORM)
+    return [param.name for param in HyperParameterSet.from_config(parameters) if param.type not in grid]

@@ -19,14 +19,72 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import field_validator, model_validator
 
 from lit_fl.configs import resolve_config
-from lit_fl.errors import ConfigError
 from lit_fl.strict_yaml import load_yaml
+from lit_fl.suite.file_schema import FileModel, read_as, refuse
 
 COMMAND = ["${env}", "lit-fl", "fit", "${args}"]
 OFFLINE_METHODS = ("grid", "random")
+
+
+class SweepSpec(FileModel):
+    """A sweep file's keys: W&B's (its ``sweeps`` package's JSON schema checks their values) with lit-fl's rules on
+    ``program``, ``name`` and ``command``."""
+
+    program: Literal["lit-fl"]
+    name: Any = None  # the sweep's folder under run_dir/sweeps: one folder name, never a path
+    method: Any = None
+    metric: Any = None
+    parameters: Any = None
+    command: list[Any] | None = None
+    apiVersion: Any = None  # noqa: N815 - W&B's key
+    controller: Any = None
+    description: Any = None
+    early_terminate: Any = None
+    entity: Any = None
+    kind: Any = None
+    project: Any = None
+
+    @field_validator("command")
+    @classmethod
+    def _passes_args(cls, command: list[Any] | None) -> list[Any] | None:
+        if command is not None and "${args}" not in command:
+            raise ValueError(f"must pass ${{args}} to lit-fl fit, e.g. {COMMAND}, got {command}")
+        return command
+
+    @model_validator(mode="after")
+    def _wandb_schema(self) -> SweepSpec:
+        """W&B's own schema check (the ``sweeps`` package, W&B's open-source sweep engine), the first violation by
+        its key; then the checks ``SweepConfig`` adds to the schema (min <= max, probabilities); a grid's parameters
+        are ones it can enumerate; the name is a folder's."""
+        from jsonschema import ValidationError
+
+        from lit_fl.suite.schema import not_enumerable, schema_errors, sweep_config
+        from lit_fl.validation import check_folder_name
+
+        config = self.model_dump(exclude_unset=True)
+        for error in schema_errors(config)[:1]:
+            where = list(error.absolute_path)
+            if error.validator == "anyOf" and where[:1] == ["parameters"]:
+                raise refuse(where, f"{repr(error.instance)[:100]} is not a parameter W&B knows: expected value, "
+                                    "values (a list), min and max, or a distribution with its keys")
+            raise refuse(where, error.message.splitlines()[0][:300])
+        try:
+            sweep_config(config)
+        except ValidationError as err:
+            raise refuse([], err.message.splitlines()[0][:300]) from None
+        except (ValueError, TypeError) as err:
+            raise refuse([], str(err).splitlines()[0]) from None
+        for name in not_enumerable(self.parameters)[:1] if self.method == "grid" else []:
+            raise refuse(["parameters", name], "a grid takes value, values, int_uniform or q_uniform parameters; "
+                                               "another distribution needs method random")
+        if self.name is not None:
+            check_folder_name(str(self.name), "name")
+        return self
 
 
 @dataclass(frozen=True)
@@ -63,41 +121,5 @@ def load_sweep_file(name: str | Path) -> SweepFile:
     naming the file and the problem otherwise."""
     path = resolve_config(name, kind="sweeps", key="sweep")
     config = load_yaml(path, f"sweep {path}")
-    if not isinstance(config, dict):
-        raise ConfigError(f"sweep {path}: expected a mapping of W&B sweep keys, got {type(config).__name__}")
-    check_schema(path, config)
-    if config.get("program") != "lit-fl":
-        raise ConfigError(f"sweep {path}: program must be lit-fl, got {config.get('program')!r}")
-    if config.get("name") is not None:  # the sweep's folder under run_dir/sweeps: never a path
-        from lit_fl.validation import check_folder_name
-
-        check_folder_name(str(config["name"]), f"sweep {path}: name")
-    command = config.get("command")
-    if command is not None and "${args}" not in command:
-        raise ConfigError(f"sweep {path}: command must pass ${{args}} to lit-fl fit, e.g. {COMMAND}")
+    read_as(SweepSpec, config, f"sweep {path}")
     return SweepFile(path, config)
-
-
-def check_schema(path: Path, config: dict[str, Any]) -> None:
-    """W&B's own schema check (the ``sweeps`` package, W&B's open-source sweep engine)."""
-    from jsonschema import ValidationError
-
-    from lit_fl.suite.schema import schema_errors, schema_keys, sweep_config
-
-    known = schema_keys()
-    for key in config:
-        if key not in known:
-            raise ConfigError(f"sweep {path}: unknown key {key!r}; allowed: {', '.join(sorted(map(str, known)))}")
-    for error in schema_errors(config)[:1]:
-        where = ".".join(str(p) for p in error.absolute_path) or "top level"
-        if error.validator == "anyOf" and list(error.absolute_path)[:1] == ["parameters"]:
-            shown = repr(error.instance)[:100]
-            raise ConfigError(f"sweep {path}: {where}: {shown} is not a parameter W&B knows: expected value, values "
-                              "(a list), min and max, or a distribution with its keys")
-        raise ConfigError(f"sweep {path}: {where}: {error.message.splitlines()[0][:300]}")
-    try:
-        sweep_config(config)
-    except ValidationError as err:  # the checks SweepConfig adds to the schema (min <= max, probabilities), by key
-        raise ConfigError(f"sweep {path}: {err.message.splitlines()[0][:300]}") from None
-    except (ValueError, TypeError) as err:
-        raise ConfigError(f"sweep {path}: {str(err).splitlines()[0]}") from None

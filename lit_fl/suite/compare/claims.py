@@ -44,7 +44,7 @@ from typing import Any
 from lit_fl.errors import ConfigError
 from lit_fl.suite.compare.results import Comparison, Group, RunResult
 from lit_fl.suite.compare.spread import sample_std
-from lit_fl.suite.paper import Claim, check_claims, matches
+from lit_fl.suite.paper import Claim, check_matches, matches
 from lit_fl.tracking.metric_kind import MetricKind
 
 ALPHA = 0.05
@@ -146,18 +146,17 @@ def evaluate_claims(comparison: Comparison) -> list[ClaimResult]:
     if comparison.paper is None or not comparison.paper.claims:
         return []
     path = comparison.source / "paper.yaml"
-    check_claims(comparison.paper, path, [group.params for group in comparison.groups])
+    check_matches(comparison.paper, path, [group.params for group in comparison.groups], rows=False)
     results = []
     for number, claim in enumerate(comparison.paper.claims, start=1):
         metric = claim.metric or comparison.paper.metric
         for key, column in (("metric", metric), ("worse_metric", claim.worse_metric)):
             if column is not None and not any(column in row for run in comparison.runs for row in run.rows):
-                raise ConfigError(f"paper numbers {path}: claim {number} key {key!r}: no run has a {column!r} "
-                                  "column")
+                raise ConfigError(f"paper numbers {path}: claims[{number}].{key}: no run has a {column!r} column")
         found = claim_pairs(comparison.groups, claim)
         if not found:
-            raise ConfigError(f"paper numbers {path}: claim {number} keys 'better', 'worse': no configuration "
-                              "matching better has the same other sweep parameters as one matching worse")
+            raise ConfigError(f"paper numbers {path}: claims[{number}].better, worse: no configuration matching better "
+                              "has the same other sweep parameters as one matching worse")
         results += [evaluate_pair(number, claim, metric, better, worse, j) for better, worse, j in found]
     adjusted = holm_adjusted([result.p for result in results])
     return [replace(result, p_holm=p_holm) for result, p_holm in zip(results, adjusted)]

@@ -14,6 +14,7 @@ from typing import Any
 
 from lit_fl.errors import ConfigError
 from lit_fl.run_dir import RunDir, printable
+from lit_fl.suite.file_schema import Seed, read_as
 from lit_fl.suite.manifest import Manifest, is_sweep_dir
 from lit_fl.suite.paper import Paper, load_paper, paper_row
 from lit_fl.suite.plan import short_value
@@ -86,10 +87,11 @@ def load_comparison(paths: list[Path], metric: str | None = None) -> Comparison:
     """Everything to compare under ``paths`` (one sweep directory, or run directories and folders of them); a
     :class:`ConfigError` line when there is nothing to compare or a file is damaged. Folders that hold no run yet
     are left out and named (:attr:`Comparison.left_out`)."""
-    if len(paths) == 1 and is_sweep_dir(paths[0]):
-        comparison = _from_sweep(paths[0], metric)
-    else:
-        comparison = _from_run_dirs(paths, metric)
+    sweep = len(paths) == 1 and is_sweep_dir(paths[0])
+    comparison = _from_sweep(paths[0], metric) if sweep else _from_run_dirs(paths, metric)
+    if not comparison.runs:
+        first = " (run the sweep first: lit-fl sweep ...)" if sweep else ""
+        raise ConfigError(f"compare: no runs with metrics in {', '.join(map(str, paths))}{first}")
     _check_metric(comparison)
     return comparison
 
@@ -98,10 +100,9 @@ def _from_run_dirs(paths: list[Path], metric: str | None) -> Comparison:
     runs: list[RunResult] = []
     left_out: list[LeftOut] = []
     for path in dict.fromkeys(paths):
-        if not path.exists():
-            raise ConfigError(f"compare: {path} does not exist")
         if not path.is_dir():
-            raise ConfigError(f"compare: {path} is not a folder (give run directories or a sweep directory)")
+            what = "is not a folder (give run directories or a sweep directory)" if path.exists() else "does not exist"
+            raise ConfigError(f"compare: {path} {what}")
         candidates = [path] if RunDir(path).has_metrics() else sorted(p for p in path.iterdir() if p.is_dir())
         if not candidates:  # a folder given by name is never dropped without a word
             left_out.append(LeftOut(printable(path), "no metrics.csv and no run folders in it"))
@@ -114,8 +115,6 @@ def _from_run_dirs(paths: list[Path], metric: str | None) -> Comparison:
                 runs.append(run)
             else:
                 left_out.append(LeftOut(printable(candidate), "no evaluated round in metrics.csv yet"))
-    if not runs:
-        raise ConfigError(f"compare: no runs with metrics in {', '.join(map(str, paths))}")
     _keep_differing(runs)
     title = ", ".join(printable(p.name) for p in paths)
     return Comparison(title, _group(runs), None, metric or "reported_acc", paths[0], left_out)
@@ -131,11 +130,9 @@ def _from_sweep(sweep_dir: Path, metric: str | None) -> Comparison:
         if not rows:
             left_out.append(LeftOut(entry.name, f"{entry.status}: no evaluated round yet"))
             continue
-        seed = run_seed(entry.params.get("seed", 0), f"{sweep_dir / 'manifest.json'}: run {entry.name}")
+        seed = read_as(Seed, entry.params.get("seed", 0), f"{sweep_dir / 'manifest.json'}: run {entry.name}: seed")
         runs.append(RunResult(entry.name, run_dir.path, dict(entry.configuration), seed, rows,
                               run_dir.status() == "completed", algorithm_of(run_dir.read_config())))
-    if not runs:
-        raise ConfigError(f"compare: no runs with metrics in {sweep_dir} (run the sweep first: lit-fl sweep ...)")
     name = metric or (paper.metric if paper else manifest.metric.get("name", "reported_acc"))
     return Comparison(manifest.sweep, _group(runs), paper, name, sweep_dir, left_out)
 
@@ -161,16 +158,9 @@ def _plain_run(path: Path) -> RunResult:
     run_dir = RunDir(path)
     config = run_dir.read_config()
     flat = {k: v for k, v in _flatten(config).items() if k.split(".")[0] not in IGNORED}
-    seed = run_seed(config.get("seed", 0), f"{run_dir.config}: seed")
+    seed = read_as(Seed, config.get("seed", 0), f"{run_dir.config}: seed")
     return RunResult(printable(path.name), path, flat, seed, read_metrics(run_dir.metrics),
                      run_dir.status() == "completed", algorithm_of(config))
-
-
-def run_seed(value: Any, where: str) -> int:
-    """A run's seed as its config or manifest holds it: an integer >= 0 (a :class:`ConfigError` naming ``where``)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(f"{where}: the seed must be an integer >= 0, got {value!r}")
-    return value
 
 
 def algorithm_of(config: dict[str, Any]) -> str:
