@@ -13,7 +13,7 @@ exceptions, a file that cannot be decoded, become the file's one line), :meth:`F
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,30 +109,34 @@ class FileSchema:
 
     def mapping(self, path: str | Path, value: Any) -> dict[str, Any]:
         """``value`` (the file's parsed content) is a mapping."""
-        self.require(path, isinstance(value, dict), f"expected a mapping, got {type(value).__name__}")
+        self.require(path, isinstance(value, dict), f"holds a {type(value).__name__}, not a mapping")
         return value
 
     @contextmanager
-    def reading(self, path: str | Path, errors: tuple[type[BaseException], ...], what: str = "cannot be read",
-                ) -> Iterator[None]:
+    def reading(self, path: str | Path, errors: tuple[type[BaseException], ...],
+                what: str | Callable[[], str] = "cannot be read") -> Iterator[None]:
         """The block reads or decodes ``path``: any of ``errors`` it raises (the reader's own: a truncated archive,
-        a damaged database, an image PIL cannot decode) is the file's one line, ``what (Type: reason)``. A
-        :class:`ConfigError` of a check inside passes as it is."""
+        a damaged database, an image PIL cannot decode) is the file's one line, ``what (Type: reason)`` (``what``
+        may be a function, asked when it fails: the line a parser was at). A :class:`ConfigError` of a check
+        inside passes as it is."""
         try:
             yield
         except ConfigError:
             raise
         except errors as err:
             reason = str(err).strip().splitlines()[0][:160] if str(err).strip() else ""
-            self.refuse(path, f"{what} ({type(err).__name__}{': ' if reason else ''}{reason})")
+            said = what() if callable(what) else what
+            self.refuse(path, f"{said} ({type(err).__name__}{': ' if reason else ''}{reason})")
 
-    def read_text(self, path: str | Path) -> str:
-        """The file's text; a file that is not UTF-8 or cannot be read is the file's one line (a missing file
-        raises :class:`FileNotFoundError` for the caller to decide)."""
-        with self.reading(path, (UnicodeDecodeError,), "not a text file (it is not UTF-8)"):
+    def read_text(self, path: str | Path, name: str | None = None, may_be_absent: bool = False) -> str:
+        """The file's text; a file that is not UTF-8 or cannot be read is the file's one line, naming it ``name``
+        (default: its path); ``may_be_absent``: a missing file raises :class:`FileNotFoundError` for the caller."""
+        with self.reading(name or path, (UnicodeDecodeError,), "not a text file"):
             try:
                 return Path(path).read_text()
             except FileNotFoundError:
-                raise
+                if may_be_absent:
+                    raise
+                self.refuse(name or path, "cannot be read (No such file or directory)")
             except OSError as err:
-                self.refuse(path, f"cannot be read ({err.strerror or err})")
+                self.refuse(name or path, f"cannot be read ({err.strerror or err})")
