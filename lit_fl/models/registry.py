@@ -188,7 +188,7 @@ def _vit_from_name(arch: str, input_shape: tuple[int, int, int], num_classes: in
     from lit_fl.models.vit import vit
 
     dim, mlp_dim = name_widths(arch)
-    return vit(arch, dim, mlp_dim, input_shape, num_classes)
+    return vit(arch, dim, mlp_dim, input_shape, num_classes, VIT_PATCH_SIZE)
 
 
 @register_model(*(f"efficientnet_{variant}" for variant in EFFICIENTNET_VARIANTS))
