@@ -96,16 +96,15 @@ class ModelsConfig:
     same_init: bool | None = None
 
     def __post_init__(self) -> None:
-        from lit_fl.models import is_known, resolve_pool
-        from lit_fl.models.registry import allowed_names
+        from lit_fl.models import resolve_pool
+        from lit_fl.models.registry import require_known
         from lit_fl.user_code import is_user_spec, load_object
 
         for arch in resolve_pool(self.pool):
             if is_user_spec(arch):
                 load_object(arch, "models.pool")  # one line naming the real cause if it cannot be loaded
-            elif not is_known(arch):
-                raise ConfigError(f"models.pool: unknown architecture {arch!r}; allowed: {', '.join(allowed_names())}"
-                                  " (or module:factory of your own)")
+            else:
+                require_known(arch, "models.pool", " (or module:factory of your own)")
 
 
 @dataclass

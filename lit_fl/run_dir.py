@@ -16,12 +16,16 @@ from pathlib import Path
 from typing import Any
 
 from lit_fl.errors import ConfigError
+from lit_fl.file_schema import FileSchema
 
 LOCK = ".lock"
 #: the names a run writes first, before its first checkpoint (a folder holding only these started here)
 FIRST_WRITES = frozenset({"config.yaml", "checkpoints", "metrics.csv", "wandb", LOCK})
 #: what ``summary.json`` says of a run that ended (a run still going, or killed, has none)
 STATUSES = ("completed", "interrupted", "failed")
+#: the files the run writes and this class reads back (``metrics.csv``: :mod:`lit_fl.tracking.csv_metrics`)
+CONFIG_YAML = FileSchema("a mapping of config keys", written=True)
+SUMMARY_JSON = FileSchema(f"a JSON mapping whose status is {', '.join(STATUSES)}", written=True)
 
 
 @dataclass(frozen=True)
@@ -86,29 +90,19 @@ class RunDir:
 
         if not self.config.is_file():
             return {}
-        config = load_yaml(self.config, str(self.config)) or {}
-        if not isinstance(config, dict):
-            raise ConfigError(f"{self.config}: damaged: expected a mapping of config keys, got {type(config).__name__}")
-        return config
+        return CONFIG_YAML.mapping(self.config, load_yaml(self.config, str(self.config)) or {})
 
     def read_summary(self) -> dict[str, Any] | None:
         """The summary, None when there is none (the run is still running, or was killed); a damaged one (not JSON,
-        not a mapping, a status that is none of :data:`STATUSES`) is a :class:`ConfigError` naming it."""
+        not a mapping, a status that is none of :data:`STATUSES`) is a :class:`ConfigError` naming it
+        (:data:`SUMMARY_JSON`)."""
         try:
-            text = self.summary.read_text()
+            text = SUMMARY_JSON.read_text(self.summary, may_be_absent=True)
         except FileNotFoundError:
             return None
-        except (OSError, UnicodeDecodeError) as err:
-            raise ConfigError(f"{self.summary}: damaged: cannot be read as text ({type(err).__name__})") from None
-        try:
-            summary = json.loads(text)
-        except ValueError as err:
-            raise ConfigError(f"{self.summary}: damaged: not JSON ({str(err).splitlines()[0][:80]})") from None
-        if not isinstance(summary, dict):
-            raise ConfigError(f"{self.summary}: damaged: expected a mapping, got {type(summary).__name__}")
-        if summary.get("status") not in STATUSES:
-            raise ConfigError(f"{self.summary}: damaged: status must be one of {', '.join(STATUSES)}, got "
-                              f"{summary.get('status')!r}")
+        with SUMMARY_JSON.reading(self.summary, (ValueError,), "not JSON"):
+            summary = SUMMARY_JSON.mapping(self.summary, json.loads(text))
+        SUMMARY_JSON.require(self.summary, summary.get("status") in STATUSES, f"status {summary.get('status')!r}")
         return summary
 
     def status(self) -> str | None:

@@ -8,7 +8,10 @@ from typing import Any
 
 import yaml
 
-from lit_fl.errors import ConfigError
+from lit_fl.file_schema import FileSchema
+
+#: a YAML file lit-fl reads (a config, a sweep): text, one YAML document, no key repeated in a mapping
+YAML_FILE = FileSchema("")
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -25,18 +28,13 @@ class _StrictLoader(yaml.SafeLoader):
 
 
 def load_yaml(path: str | Path, what: str) -> Any:
-    """The YAML document in ``path``; a malformed file or a repeated key is one :class:`ConfigError` line naming
-    ``what`` (e.g. ``sweep sweeps/x.yaml``), the line and the problem."""
-    try:
-        text = Path(path).read_text()
-    except UnicodeDecodeError:
-        raise ConfigError(f"{what}: not a text file (it is not UTF-8)") from None
-    except OSError as err:
-        raise ConfigError(f"{what}: cannot be read ({err.strerror or err})") from None
+    """The YAML document in ``path``; a malformed file or a repeated key is one :class:`~lit_fl.errors.ConfigError`
+    line naming ``what`` (e.g. ``sweep sweeps/x.yaml``), the line and the problem (:data:`YAML_FILE`)."""
+    text = YAML_FILE.read_text(path, what)
     try:
         return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
-        where = f" line {mark.line + 1}:" if mark is not None else ""
+        where = f"line {mark.line + 1}: " if mark is not None else ""
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise ConfigError(f"{what}:{where} malformed YAML: {problem}") from None
+        YAML_FILE.refuse(what, f"{where}malformed YAML: {problem}")

@@ -45,7 +45,7 @@ def test_loader_keeps_each_post_type_as_its_domain(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("options", "match"), [
-    ({"domains": "tags"}, "data.options.domains: 'tags' is not allowed; allowed: type or null"),
+    ({"domains": "tags"}, "data.options.domains: 'tags' is not allowed; allowed: type"),
     ({"domains": "type", "type": "question"}, "data.options.domains: type keeps both types as domains"),
 ])
 def test_loader_refuses_bad_domains_in_one_line(tmp_path: Path, options: dict[str, Any], match: str) -> None:

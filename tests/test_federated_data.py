@@ -48,10 +48,10 @@ def test_stackoverflow_tokens_as_fedjax(tmp_path: Path) -> None:
 
 def test_stackoverflow_refuses_missing_or_damaged_vocabulary(tmp_path: Path) -> None:
     stackoverflow_files(tmp_path)
-    with pytest.raises(ConfigError, match="vocab_size: 100 words asked.*has 8"):
+    with pytest.raises(ConfigError, match=r"data.options.vocab_size must be in \[1, 8\] \(.*has 8 words\)"):
         load_dataset("stackoverflow", tmp_path, vocab_size=100)
     (tmp_path / "stackoverflow.word_count").write_text("the 10\nbroken\n")
-    with pytest.raises(ConfigError, match="stackoverflow.word_count: line 2 .*expected 'word count'"):
+    with pytest.raises(ConfigError, match="stackoverflow.word_count: line 2 .*expected one 'word count' line"):
         load_dataset("stackoverflow", tmp_path, vocab_size=2)
     (tmp_path / "stackoverflow.word_count").unlink()
     with pytest.raises(DatasetNotFoundError, match="stackoverflow.word_count not found"):
@@ -96,7 +96,7 @@ def test_natural_partition_draws_clients_by_seed(tmp_path: Path) -> None:
     assert [len(s.train) + len(s.val) for s in splits] == [len(c) for c in drawn.clients]
     one = [s for s, c in zip(splits, drawn.clients) if len(c) == 1]
     assert all(len(s.val) == 0 for s in one)  # a one-sample writer has no validation split
-    with pytest.raises(ConfigError, match="data.num_clients: 7 clients asked.*has 6.*num_clients: 6 takes all"):
+    with pytest.raises(ConfigError, match=r"data.num_clients must be in \[1, 6\] \(.*has 6 clients; 6 takes all"):
         load_dataset("femnist", tmp_path, num_clients=7)
 
 
@@ -133,7 +133,7 @@ def test_damaged_files_are_one_line(tmp_path: Path) -> None:
                                                     "label": np.zeros(1, np.int32)})])
     path.unlink()
     path.with_name("x.sqlite").rename(path)
-    with pytest.raises(ConfigError, match=r"has pixels of shape \(N, 32, 32\); expected \(N, 28, 28\)"):
+    with pytest.raises(ConfigError, match=r"client 'w': pixels has shape \(N, 32, 32\) \(expected \(N, 28, 28\)\)"):
         load_dataset("femnist", tmp_path)
     with pytest.raises(DatasetNotFoundError, match="shakespeare_train.sqlite not found.*gresearch/fedjax"):
         load_dataset("shakespeare", tmp_path)

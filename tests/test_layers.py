@@ -49,6 +49,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("models", "data"),
     ("tracking", "run_dir", "cli_errors", "configs", "kernel_count"),
     ("io", "strict_yaml", "user_code", "registry", "constraints", "choices", "lazy", "run_identity", "stop_signals"),
+    ("file_schema",),  # what the files lit-fl reads must hold, and the one check of them
     ("faultpoints", "errors", "__init__"),  # __init__: the package root (its version)
 )
 

@@ -121,8 +121,8 @@ def test_proxy_batches_are_epochs_of_permutations_from_the_generator() -> None:
      "data.server_fraction)"),
     (lambda: DataConfig(proxy={"sise": 3}), "data.proxy: unknown key 'sise'; allowed: dataset, size, options"),
     (lambda: federation({"size": 500}, server_fraction=0.25),
-     "data.proxy.size: 500 samples asked, the held-out slice (data.server_fraction) has 75; allowed: 1..75 "
-     "(or null for all)"),
+     "data.proxy.size must be in [1, 75] (the held-out slice (data.server_fraction) has 75 samples; null for all), "
+     "got 500"),
     (lambda: federation({"size": 5}),
      "data.proxy.size: the proxy is the held-out slice (data.proxy.dataset: null) and data.server_fraction is 0; "
      "set data.server_fraction > 0 or data.proxy.dataset"),

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from lit_fl.constraints import check_arguments
 from lit_fl.data.domains import Domains
 from lit_fl.errors import ConfigError
 
@@ -93,8 +94,7 @@ class ImageDataset:
 
     def with_augment(self, augment: Augment) -> ImageDataset:
         """The same tensors with train-time augmentation ``augment``."""
-        if augment not in AUGMENTS:
-            raise ValueError(f"data.augment: {augment!r} is not allowed; allowed: auto, {', '.join(AUGMENTS)}")
+        check_arguments(ImageDataset.with_augment, {"augment": augment}, "data.")  # the Literal Augment
         if augment != "none" and self.is_sequence:
             raise ConfigError(f"data.augment: {augment} crops and flips images; {self.name} holds token sequences; "
                               "allowed: auto, none")

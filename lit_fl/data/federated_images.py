@@ -22,30 +22,26 @@ import numpy as np
 import torch
 
 from lit_fl.data.dataset import ImageDataset
-from lit_fl.data.federated import FEDJAX_URL, FederatedSplit, check_features, locate, read_split
+from lit_fl.data.federated import FEDJAX_URL, FederatedSplit, locate, read_split
 from lit_fl.data.fedjax_sqlite import Examples
 from lit_fl.data.registry import register_dataset
 from lit_fl.data.transforms import black_value, normalize
+from lit_fl.file_schema import Array
 
 #: FedJAX ``cifar100.CIFAR100_PIXELS_MEAN`` and ``1 / CIFAR100_PIXELS_INVERSE_STDDEV``
 CIFAR100_MEAN, CIFAR100_STD = (0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010)
+#: the features every client of the files holds
+EMNIST_FEATURES = {"pixels": Array(trailing=(28, 28)), "label": Array()}
+CIFAR_FEATURES = {"image": Array(trailing=(32, 32, 3)), "label": Array()}
 
 
-def _emnist_arrays(path: Path):  # noqa: ANN202 - a closure over the file for its messages
-    def preprocess(client: str, examples: Examples) -> tuple[np.ndarray, np.ndarray]:
-        check_features(path, client, examples, {"pixels": (28, 28)})
-        x = 1.0 - np.asarray(examples["pixels"], dtype=np.float32)[:, None]
-        return x, np.asarray(examples["label"], dtype=np.int64)
-
-    return preprocess
+def _emnist_arrays(client: str, examples: Examples) -> tuple[np.ndarray, np.ndarray]:
+    x = 1.0 - np.asarray(examples["pixels"], dtype=np.float32)[:, None]
+    return x, np.asarray(examples["label"], dtype=np.int64)
 
 
-def _cifar_arrays(path: Path):  # noqa: ANN202
-    def preprocess(client: str, examples: Examples) -> tuple[np.ndarray, np.ndarray]:
-        check_features(path, client, examples, {"image": (32, 32, 3)})
-        return np.asarray(examples["image"], dtype=np.uint8), np.asarray(examples["label"], dtype=np.int64)
-
-    return preprocess
+def _cifar_arrays(client: str, examples: Examples) -> tuple[np.ndarray, np.ndarray]:
+    return np.asarray(examples["image"], dtype=np.uint8), np.asarray(examples["label"], dtype=np.int64)
 
 
 def _dataset(name: str, train: FederatedSplit, test: FederatedSplit, x_of, num_classes: int,  # noqa: ANN001
@@ -61,8 +57,8 @@ def load_femnist(root: Path, download: bool, seed: int, only_digits: bool = Fals
     stem = "federated_emnist_digitsonly" if only_digits else "federated_emnist"
     paths = [locate(root, f"{stem}_{split}.sqlite", f"{FEDJAX_URL}/emnist/{stem}_{split}.sqlite")
              for split in ("train", "test")]
-    train = read_split(paths[0], ("pixels", "label"), _emnist_arrays(paths[0]), num_clients, seed)
-    test = read_split(paths[1], ("pixels", "label"), _emnist_arrays(paths[1]))
+    train = read_split(paths[0], EMNIST_FEATURES, _emnist_arrays, num_clients, seed)
+    test = read_split(paths[1], EMNIST_FEATURES, _emnist_arrays)
     return _dataset("femnist", train, test, torch.from_numpy, 10 if only_digits else 62)
 
 
@@ -72,8 +68,8 @@ def load_fed_cifar100(root: Path, download: bool, seed: int, num_clients: int | 
     paths = [locate(root, f"federated_cifar100_{split}.sqlite",
                     "fedjax.datasets.cifar100.load_split (it converts TFF's cifar100.sqlite.lzma)")
              for split in ("train", "test")]
-    train = read_split(paths[0], ("image", "label"), _cifar_arrays(paths[0]), num_clients, seed)
-    test = read_split(paths[1], ("image", "label"), _cifar_arrays(paths[1]))
+    train = read_split(paths[0], CIFAR_FEATURES, _cifar_arrays, num_clients, seed)
+    test = read_split(paths[1], CIFAR_FEATURES, _cifar_arrays)
 
     def images(x: np.ndarray) -> torch.Tensor:
         return normalize(torch.from_numpy(x).permute(0, 3, 1, 2).float() / 255.0, CIFAR100_MEAN, CIFAR100_STD)

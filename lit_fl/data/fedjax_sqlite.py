@@ -9,26 +9,34 @@ The format (FedJAX ``fedjax/core/sqlite_federated_data.py`` and ``fedjax/core/se
 One row per client, in ``rowid`` order; ``data`` is ``zlib.compress(msgpack.packb({feature: array}))`` where every
 array is a msgpack extension type: code 1 (a numeric ndarray) holds ``msgpack.packb((shape, dtype name, C-order
 bytes))``, code 4 (an ndarray of byte strings) ``msgpack.packb((shape, [bytes, ...]))``, code 3 a numpy scalar
-encoded like code 1. Every file error is one line naming the file and what was expected
-(:class:`~lit_fl.errors.ConfigError`).
+encoded like code 1. The format is declared once (:data:`SQLITE`, :data:`COLUMNS`); every file error is its one
+line naming the file and what was expected (:class:`~lit_fl.file_schema.FileSchema`).
 """
 
 from __future__ import annotations
 
 import sqlite3
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import msgpack
 import numpy as np
 
-from lit_fl.errors import ConfigError
+from lit_fl.file_schema import Array, FileSchema
 
 #: msgpack extension codes of FedJAX's serialization (``_MsgpackExtType``)
 NDARRAY, NATIVE_COMPLEX, NPSCALAR, BYTES_NDARRAY = 1, 2, 3, 4
-EXPECTED = "a TFF/FedJAX federated SQLite file (table federated_data(client_id, data, num_examples))"
+#: the one table of the file and its columns
+TABLE, COLUMNS = "federated_data", ("client_id", "data", "num_examples")
+EXPECTED = (f"a TFF/FedJAX federated SQLite file (table {TABLE}({', '.join(COLUMNS)}), each client's data "
+            "zlib-compressed msgpack of feature name -> array)")
+#: a file under ``data.root`` of this format
+SQLITE = FileSchema(EXPECTED, key="data.root")
+#: the errors of a damaged database or a damaged client blob
+DATABASE_ERRORS = (sqlite3.DatabaseError,)
+BLOB_ERRORS = (ValueError, TypeError, zlib.error, msgpack.UnpackException)
 
 Examples = dict[str, np.ndarray]
 
@@ -81,17 +89,11 @@ class FederatedSQLite:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        if not self.path.is_file():
-            raise ConfigError(f"{self.path}: no such file; expected {EXPECTED}")
-        try:
+        SQLITE.require(self.path, self.path.is_file(), "no such file")
+        with SQLITE.reading(self.path, DATABASE_ERRORS, "not a SQLite database"):
             self._connection = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
-            columns = {row[1] for row in self._connection.execute("PRAGMA table_info(federated_data)")}
-        except sqlite3.DatabaseError as err:
-            raise ConfigError(f"{self.path}: not a SQLite database ({err}); expected {EXPECTED}") from None
-        missing = {"client_id", "data", "num_examples"} - columns
-        if missing:
-            raise ConfigError(f"{self.path}: no table federated_data with columns {', '.join(sorted(missing))}; "
-                              f"expected {EXPECTED}")
+            columns = {row[1] for row in self._connection.execute(f"PRAGMA table_info({TABLE})")}
+        SQLITE.names(self.path, f"table {TABLE} with columns", COLUMNS, columns)
 
     def rows(self) -> list[ClientRow]:
         """Every client's id and example count, in file order."""
@@ -108,19 +110,19 @@ class FederatedSQLite:
                      for (blob,) in self._query("SELECT data FROM federated_data WHERE client_id = ?", (row.key,)))
         for cid, blob in pairs:
             name = _client_id(cid)
-            try:
-                yield name, decode_examples(blob)
-            except (ValueError, TypeError, zlib.error, msgpack.UnpackException) as err:
-                raise ConfigError(f"{self.path}: client {name!r} has damaged data ({err}); expected zlib-compressed "
-                                  "msgpack of feature name -> array (FedJAX serialization)") from None
+            with SQLITE.reading(self.path, BLOB_ERRORS, f"client {name!r} has damaged data"):
+                examples = decode_examples(blob)
+            yield name, examples
 
     def _query(self, query: str, args: tuple = ()) -> Iterator[tuple]:
-        try:
-            cursor = self._connection.execute(query, args)
-            while rows := cursor.fetchmany(64):  # the rows in hand before yielding: a reader stopped early leaves
-                yield from rows                   # no cursor to resume on a closed connection
-        except sqlite3.DatabaseError as err:
-            raise ConfigError(f"{self.path}: damaged SQLite file ({err}); expected {EXPECTED}") from None
+        cursor = None
+        while True:
+            with SQLITE.reading(self.path, DATABASE_ERRORS, "damaged SQLite file"):
+                cursor = cursor or self._connection.execute(query, args)
+                rows = cursor.fetchmany(64)  # the rows in hand before yielding: a reader stopped early leaves
+            if not rows:                     # no cursor to resume on a closed connection
+                return
+            yield from rows
 
     def close(self) -> None:
         self._connection.close()
@@ -136,9 +138,7 @@ def _client_id(value: bytes | str) -> str:
     return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
 
 
-def require_features(path: Path, client: str, examples: Examples, names: Sequence[str]) -> None:
-    """Refuse, in one line naming the file, a client whose examples lack a feature the dataset needs."""
-    missing = [n for n in names if n not in examples]
-    if missing:
-        raise ConfigError(f"{path}: client {client!r} has no feature {', '.join(missing)} (it has "
-                          f"{', '.join(sorted(examples)) or 'none'}); expected the features {', '.join(names)}")
+def check_examples(path: Path, client: str, examples: Examples, features: Mapping[str, Array]) -> None:
+    """A client's examples hold every feature the dataset declares, each of its declared shape (one line naming
+    the file, the client and the feature otherwise)."""
+    SQLITE.arrays(path, examples, features, what="feature", where=f"client {client!r}: ")

@@ -20,7 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from lit_fl.errors import ConfigError, DatasetNotFoundError
+from lit_fl.constraints import NonNegativeInt, PositiveInt
+from lit_fl.data.options import check_options
+from lit_fl.errors import DatasetNotFoundError
+from lit_fl.file_schema import FileSchema
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,11 @@ class ImageFileSpec:
     source: str  # where to get it, for messages
     downloads: bool = False  # torchvision downloads it with ``data.download true``
     options: tuple[str, ...] = ("size",)  # the ``data.options`` its loader takes
+
+    @property
+    def schema(self) -> FileSchema:
+        """The files under ``data.root``: a file that breaks the layout is one line naming it and the layout."""
+        return FileSchema(self.layout, key="data.root")
 
 
 IMAGE_SPECS: dict[str, ImageFileSpec] = {
@@ -88,17 +96,15 @@ def require_layout(name: str, root: str | Path, download: bool) -> None:
         )
 
 
+def image_file_options(size: PositiveInt, split_seed: NonNegativeInt = 0) -> None:
+    """The ``data.options`` an image-file loader may take (:attr:`ImageFileSpec.options` says which): ``size``, the
+    side in pixels (default :attr:`ImageFileSpec.size`); ``split_seed``, the seed of Caltech101's 80:20 split."""
+
+
 def image_options(name: str, options: dict[str, object]) -> dict[str, int]:
-    """The loader's ``data.options`` with their defaults (``size``: the side in pixels; ``split_seed``: the seed of
-    Caltech101's 80:20 split), each a positive (``size``) or non-negative integer; anything else is refused."""
+    """The loader's ``data.options`` with their defaults, checked against :func:`image_file_options`
+    (:func:`~lit_fl.data.options.check_options`)."""
     spec = IMAGE_SPECS[name]
-    unknown = sorted(set(options) - set(spec.options))
-    if unknown:
-        raise ConfigError(f"data.options: {name} takes no option {unknown[0]!r}; allowed: {', '.join(spec.options)}")
-    chosen: dict[str, int] = {"size": spec.size, "split_seed": 0}
-    for key, value in options.items():
-        lowest = 1 if key == "size" else 0
-        if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
-            raise ConfigError(f"data.options.{key}: {value!r} is not allowed; allowed: an integer >= {lowest}")
-        chosen[key] = value
+    check_options(name, image_file_options, options, allowed=spec.options)
+    chosen: dict[str, int] = {"size": spec.size, "split_seed": 0, **options}  # type: ignore[dict-item]
     return {key: chosen[key] for key in spec.options}

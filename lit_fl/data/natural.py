@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from lit_fl.constraints import Bounds
 from lit_fl.errors import ConfigError
 
 #: the seed stream of the natural clients' draw (0: partition, 1: selection, ..., 8: proxy)
@@ -20,9 +21,8 @@ NATURAL_STREAM = 9
 
 def select_clients(num_available: int, num_clients: int, seed: int, source: str) -> np.ndarray:
     """Positions (sorted, in file order) of the ``num_clients`` clients drawn from ``num_available``."""
-    if num_clients > num_available:
-        raise ConfigError(f"data.num_clients: {num_clients} clients asked, {source} has {num_available}; allowed: "
-                          f"1..{num_available} (data.num_clients: {num_available} takes all of them)")
+    Bounds(1, num_available, note=f"({source} has {num_available} clients; {num_available} takes all of them)").check(
+        "data.num_clients", num_clients)
     if num_clients == num_available:
         return np.arange(num_available)
     rng = np.random.default_rng([seed, NATURAL_STREAM])

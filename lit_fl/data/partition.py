@@ -6,6 +6,7 @@ other source of randomness (DESIGN: one seeded generator per concern).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -13,7 +14,7 @@ import torch
 from torch import Tensor
 
 from lit_fl.choices import PARTITIONS
-from lit_fl.errors import ConfigError
+from lit_fl.constraints import Bounds, Choices, PositiveFloat, PositiveInt, check_arguments
 
 
 @dataclass
@@ -33,7 +34,7 @@ def partition_iid(labels: np.ndarray, num_clients: int, rng: np.random.Generator
 def partition_dirichlet(
     labels: np.ndarray,
     num_clients: int,
-    beta: float,
+    beta: PositiveFloat,
     rng: np.random.Generator,
     min_samples: int = 2,
 ) -> list[np.ndarray]:
@@ -43,8 +44,7 @@ def partition_dirichlet(
     (frequent for tiny ``beta`` and many clients) take samples from the largest clients, one at a time,
     so that every client can hold a train and a validation split; at most ``min_samples * N`` moves.
     """
-    if beta <= 0:
-        raise ConfigError(f"partition beta must be > 0, got {beta}")
+    check_arguments(partition_dirichlet, {"beta": beta}, "data.")
     num_classes = int(labels.max()) + 1
     owner = np.empty(len(labels), dtype=np.int64)
     for c in range(num_classes):
@@ -78,13 +78,14 @@ def _top_up(parts: list[np.ndarray], min_samples: int, rng: np.random.Generator)
     return [np.sort(np.asarray(p, dtype=np.int64)) for p in parts]
 
 
-def partition_shards(labels: np.ndarray, num_clients: int, zeta: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """Def-KT's pathological split: sort by label, cut into ``N * zeta`` equal shards, deal ``zeta`` each."""
-    if zeta < 1:
-        raise ConfigError(f"partition zeta must be >= 1, got {zeta}")
+def partition_shards(labels: np.ndarray, num_clients: int, zeta: PositiveInt,
+                     rng: np.random.Generator) -> list[np.ndarray]:
+    """Def-KT's pathological split: sort by label, cut into ``N * zeta`` equal shards (at most one per sample), deal
+    ``zeta`` each."""
+    check_arguments(partition_shards, {"zeta": zeta}, "data.")
+    Bounds(high=len(labels) // num_clients, note=f"({num_clients} clients x zeta shards of {len(labels)} samples)"
+           ).check("data.zeta", zeta)
     num_shards = num_clients * zeta
-    if num_shards > len(labels):
-        raise ConfigError(f"partition shards: num_clients * zeta = {num_shards} exceeds {len(labels)} samples")
     order = np.argsort(labels, kind="stable")
     shards = np.array_split(order, num_shards)
     dealt = rng.permutation(num_shards).reshape(num_clients, zeta)
@@ -99,15 +100,19 @@ def partition(
     beta: float = 0.5,
     zeta: int = 2,
 ) -> list[np.ndarray]:
-    """Dispatch to one of :data:`PARTITIONS` (``natural`` is the dataset's own clients:
-    :func:`lit_fl.data.natural.partition_natural`)."""
-    if scheme == "iid":
-        return partition_iid(labels, num_clients, rng)
-    if scheme == "dirichlet":
-        return partition_dirichlet(labels, num_clients, beta, rng)
-    if scheme == "shards":
-        return partition_shards(labels, num_clients, zeta, rng)
-    raise ConfigError(f"data.partition: unknown scheme {scheme!r}; allowed: {', '.join(PARTITIONS)}")
+    """Dispatch to one of :data:`SCHEMES` (``natural``, the fourth of :data:`~lit_fl.choices.PARTITIONS`, is the
+    dataset's own clients: :func:`lit_fl.data.natural.partition_natural`)."""
+    Choices(tuple(SCHEMES)).check("data.partition", scheme)
+    return SCHEMES[scheme](labels, num_clients, rng, beta, zeta)
+
+
+#: the partitions of pooled samples by name: ``(labels, num_clients, rng, beta, zeta) -> parts``
+SCHEMES: dict[str, Callable[[np.ndarray, int, np.random.Generator, float, int], list[np.ndarray]]] = {
+    "iid": lambda labels, n, rng, beta, zeta: partition_iid(labels, n, rng),
+    "dirichlet": lambda labels, n, rng, beta, zeta: partition_dirichlet(labels, n, beta, rng),
+    "shards": lambda labels, n, rng, beta, zeta: partition_shards(labels, n, zeta, rng),
+}
+assert {*SCHEMES, "natural"} == set(PARTITIONS), "every partition of data.partition is a scheme or natural"
 
 
 def split_train_val(parts: list[np.ndarray], val_fraction: float, rng: np.random.Generator) -> list[ClientSplit]:

@@ -21,26 +21,25 @@ from lit_fl.data.dataset import ImageDataset
 from lit_fl.data.image_specs import IMAGE_SPECS, image_options, require_layout
 from lit_fl.data.registry import register_dataset
 from lit_fl.data.rgb_images import resized_rgb, rgb_dataset, stack_rgb
-from lit_fl.errors import ConfigError
+from lit_fl.file_schema import Array
 
 FILE = "pathmnist.npz"
 SPLITS = ("train", "val", "test")
 _SPEC = IMAGE_SPECS["pathmnist"]
+#: MedMNIST's arrays of one split: uint8 ``(N, H, W, 3)`` images and their N labels (stored ``(N, 1)``)
+IMAGES, LABELS = Array("uint8", (None, None, 3)), Array(classes=_SPEC.num_classes)
+#: what cannot be read as an ``.npz`` (a truncated or foreign file)
+NPZ_ERRORS = (OSError, ValueError, zipfile.BadZipFile, EOFError)
 
 
 def read_split(arrays: np.lib.npyio.NpzFile, path: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
     """uint8 ``(N, H, W, 3)`` images and int64 labels ``(N,)`` of one split, checked against MedMNIST's format."""
-    keys = (f"{split}_images", f"{split}_labels")
-    if any(key not in arrays.files for key in keys):
-        raise ConfigError(f"data.root: {path}: no {' / '.join(k for k in keys if k not in arrays.files)}; expected "
-                          f"{_SPEC.layout}")
-    images, labels = arrays[keys[0]], arrays[keys[1]].reshape(-1)
-    if images.dtype != np.uint8 or images.ndim != 4 or images.shape[-1] != 3 or len(images) != len(labels):
-        raise ConfigError(f"data.root: {path}: {keys[0]} is {images.dtype} {images.shape} with {len(labels)} labels; "
-                          "expected uint8 (N, H, W, 3) images and N labels")
-    if len(labels) and (labels.min() < 0 or labels.max() >= _SPEC.num_classes):
-        raise ConfigError(f"data.root: {path}: {keys[1]} has labels outside 0..{_SPEC.num_classes - 1}")
-    return images, labels.astype(np.int64)
+    images, labels = f"{split}_images", f"{split}_labels"
+    found = {key: arrays[key] for key in (images, labels) if key in arrays.files}
+    if labels in found:
+        found[labels] = found[labels].reshape(-1)
+    _SPEC.schema.arrays(path, found, {images: IMAGES, labels: LABELS}, same_length=True)
+    return found[images], found[labels].astype(np.int64)
 
 
 def resize_all(images: np.ndarray, size: int) -> np.ndarray:
@@ -56,14 +55,9 @@ def load_pathmnist(root: Path, download: bool, seed: int, **options: object) -> 
     size = image_options("pathmnist", options)["size"]
     require_layout("pathmnist", root, download)
     path = Path(root).expanduser().resolve() / FILE
-    try:
-        with np.load(path, allow_pickle=False) as arrays:
-            train, val, test = (read_split(arrays, path, split) for split in SPLITS)
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as err:
-        if isinstance(err, ConfigError):
-            raise
-        raise ConfigError(f"data.root: {path}: cannot be read as MedMNIST's .npz ({type(err).__name__}: {err}); "
-                          f"expected {_SPEC.layout}") from err
+    with _SPEC.schema.reading(path, NPZ_ERRORS, "cannot be read as MedMNIST's .npz"), \
+            np.load(path, allow_pickle=False) as arrays:
+        train, val, test = (read_split(arrays, path, split) for split in SPLITS)
     train_x = resize_all(np.concatenate([train[0], val[0]]), size)
     return rgb_dataset("pathmnist", train_x, np.concatenate([train[1], val[1]]), resize_all(test[0], size), test[1],
                        _SPEC.num_classes)

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from lit_fl.constraints import Bounds
 from lit_fl.data.proxy_config import PROXY_STREAM, ProxyConfig, as_proxy_config
 from lit_fl.errors import ConfigError
 
@@ -42,9 +43,8 @@ def draw(num_available: int, size: int | None, seed: int, source: str) -> np.nda
 
     if size is None:
         return np.arange(num_available)
-    if size > num_available:
-        raise ConfigError(f"data.proxy.size: {size} samples asked, {source} has {num_available}; "
-                          f"allowed: 1..{num_available} (or null for all)")
+    available = Bounds(1, num_available, note=f"({source} has {num_available} samples; null for all)")
+    available.check("data.proxy.size", size)
     rng = np.random.default_rng([seed, PROXY_STREAM])
     return np.sort(rng.choice(num_available, size=size, replace=False))
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lit_fl.constraints import PositiveInt, check_fields
+from lit_fl.data.options import check_options
 from lit_fl.errors import ConfigError
 
 #: the stream of the partition seed the proxy sample is drawn from (0: partition, 6: hold-out, 7: client init)
@@ -30,7 +31,7 @@ class ProxyConfig:
     options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        from lit_fl.data.registry import list_datasets
+        from lit_fl.data.registry import check_dataset_name
         from lit_fl.user_code import is_user_spec, load_object
 
         check_fields(self, "data.proxy.")
@@ -38,10 +39,9 @@ class ProxyConfig:
             return
         if is_user_spec(self.dataset):
             load_object(self.dataset, "data.proxy.dataset")
-        elif self.dataset not in list_datasets():
-            raise ConfigError(f"data.proxy.dataset: unknown dataset {self.dataset!r}; allowed: "
-                              f"{', '.join(list_datasets())} (or module:loader of your own, or null for the held-out "
-                              "slice of data.server_fraction)")
+        else:
+            check_dataset_name(self.dataset, "data.proxy.dataset", " (or module:loader of your own, or null for the "
+                               "held-out slice of data.server_fraction)")
 
 
 def as_proxy_config(value: ProxyConfig | dict[str, Any] | None) -> ProxyConfig:
@@ -51,8 +51,6 @@ def as_proxy_config(value: ProxyConfig | dict[str, Any] | None) -> ProxyConfig:
     if isinstance(value, ProxyConfig):
         return value
     if isinstance(value, dict):
-        unknown = sorted(set(value) - {"dataset", "size", "options"})
-        if unknown:
-            raise ConfigError(f"data.proxy: unknown key {unknown[0]!r}; allowed: dataset, size, options")
+        check_options("", ProxyConfig, value, key="data.proxy")
         return ProxyConfig(**value)
     raise ConfigError(f"data.proxy: expected a mapping {{dataset, size, options}}, got {value!r}")

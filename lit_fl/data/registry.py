@@ -6,12 +6,14 @@ checks a dataset without importing torch; the module that registers its loader i
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lit_fl.data.image_specs import IMAGE_SPECS
+from lit_fl.data.options import check_options
 from lit_fl.data.torchvision_specs import SPECS
 from lit_fl.errors import ConfigError
 from lit_fl.registry import Registry
@@ -50,10 +52,20 @@ def register_dataset(name: str) -> Callable[[DatasetLoader], DatasetLoader]:
     """Decorator: register ``fn(root, download, seed, **options) -> ImageDataset`` under ``name``. A taken name is
     refused, naming both loaders, whatever the import order: a built-in's name first imports the built-in's module
     (:data:`BUILTIN`), which registers it, so a loader of your own named ``cifar10`` is refused even when lit-fl's
-    would only have been imported later, on first load."""
+    would only have been imported later, on first load. The loader is returned (and registered) with its options
+    checked against its signature on every call (:func:`~lit_fl.data.options.check_options`)."""
     if name in BUILTIN and name not in DATASETS:
         importlib.import_module(BUILTIN[name])  # from the built-in's own module (being imported): that module as is
-    return DATASETS.register(name)
+
+    def decorate(loader: DatasetLoader) -> DatasetLoader:
+        @functools.wraps(loader)
+        def checked(root: Path, download: bool, seed: int, **options: Any) -> ImageDataset:
+            check_options(name, loader, options)
+            return loader(root, download, seed, **options)
+
+        return DATASETS.add(name, checked, defined_by=loader)
+
+    return decorate
 
 
 def is_registered(name: str) -> bool:
@@ -76,6 +88,12 @@ def load_dataset(
         return load_object(name, "data.dataset")(root=Path(root), download=download, seed=seed, **options)
     if name not in DATASETS and name in BUILTIN:
         importlib.import_module(BUILTIN[name])  # registers the loader
-    if name not in DATASETS:
-        raise ConfigError(f"data.dataset: unknown dataset {name!r}; allowed: {', '.join(list_datasets())}")
+    check_dataset_name(name, "data.dataset")
     return DATASETS[name](root=Path(root), download=download, seed=seed, **options)
+
+
+def check_dataset_name(name: str, key: str, also: str = "") -> None:
+    """``name`` (of ``data.dataset``, ``data.proxy.dataset``) is a built-in or registered dataset; ``also`` adds
+    the other values ``key`` takes to the message."""
+    if name not in DATASETS and name not in BUILTIN:
+        raise ConfigError(f"{key}: unknown dataset {name!r}; allowed: {', '.join(list_datasets())}{also}")

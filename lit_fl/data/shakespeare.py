@@ -21,13 +21,15 @@ from lit_fl.data.federated import FEDJAX_URL, locate, read_split
 from lit_fl.data.fedjax_sqlite import Examples
 from lit_fl.data.registry import register_dataset
 from lit_fl.data.tokens import BOS, EOS, PAD
-from lit_fl.errors import ConfigError
+from lit_fl.file_schema import Array
 
 #: FedJAX's vocabulary, in label order from 3 (``shakespeare._build_look_up_table``)
 CHARACTERS = b'dhlptx@DHLPTX $(,048cgkoswCGKOSW[_#\'/37;?bfjnrvzBFJNRVZ"&*.26:\naeimquyAEIMQUY]!%)-159\r'
 NUM_RESERVED = 3
 OOV = NUM_RESERVED + len(CHARACTERS)
 VOCAB_SIZE = OOV + 1
+#: the one feature of a speaking role's examples: its lines
+FEATURES = {"snippets": Array()}
 
 
 def _table() -> np.ndarray:
@@ -58,15 +60,13 @@ def client_sequences(snippets: np.ndarray, sequence_length: int) -> tuple[np.nda
 def load_shakespeare(root: Path, download: bool, seed: int, sequence_length: PositiveInt = 80,
                      num_clients: int | None = None) -> ImageDataset:
     """Shakespeare's speaking roles as clients; ``num_clients`` of the train file's drawn by ``seed`` (None: all)."""
-    if not isinstance(sequence_length, int) or sequence_length < 1:
-        raise ConfigError(f"data.options.sequence_length: must be an integer >= 1, got {sequence_length!r}")
 
     def preprocess(client: str, examples: Examples) -> tuple[np.ndarray, np.ndarray]:
         return client_sequences(examples["snippets"], sequence_length)
 
     paths = [locate(root, f"shakespeare_{s}.sqlite", f"{FEDJAX_URL}/shakespeare/shakespeare_{s}.sqlite")
              for s in ("train", "test")]
-    train = read_split(paths[0], ("snippets",), preprocess, num_clients, seed)
-    test = read_split(paths[1], ("snippets",), preprocess)
+    train = read_split(paths[0], FEATURES, preprocess, num_clients, seed)
+    test = read_split(paths[1], FEATURES, preprocess)
     return ImageDataset("shakespeare", torch.from_numpy(train.x), torch.from_numpy(train.y), torch.from_numpy(test.x),
                         torch.from_numpy(test.y), VOCAB_SIZE, clients=train.clients, client_ids=train.ids)

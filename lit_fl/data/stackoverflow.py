@@ -20,10 +20,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
 
+from lit_fl.constraints import Bounds, PositiveInt
 from lit_fl.data.dataset import ImageDataset
 from lit_fl.data.domains import Domains
 from lit_fl.data.federated import FEDJAX_URL, FederatedSplit, locate, read_split, sample_rows
@@ -31,10 +33,19 @@ from lit_fl.data.fedjax_sqlite import Examples
 from lit_fl.data.registry import register_dataset
 from lit_fl.data.tokens import BOS, EOS, PAD
 from lit_fl.errors import ConfigError
+from lit_fl.file_schema import Array, FileSchema
 
 VOCAB_FILE = "stackoverflow.word_count"
 NUM_RESERVED = 3  # PAD, BOS, EOS
-TYPES = ("question", "answer")
+PostType = Literal["question", "answer"]
+TYPES: tuple[str, ...] = PostType.__args__
+#: the word-count file: one ``word count`` line per word, most frequent first
+VOCAB = FileSchema("one 'word count' line per word (FedJAX's stackoverflow.word_count)", key="data.root")
+#: the features of a client's posts: ``type`` read only where a post type is kept, and where the types are the
+#: domains every post's type one of :data:`TYPES`
+FEATURES = {"tokens": Array()}
+TYPED_FEATURES = {**FEATURES, "type": Array()}
+DOMAIN_FEATURES = {**FEATURES, "type": Array(values=TYPES)}
 
 
 def read_vocab(path: Path, vocab_size: int) -> dict[bytes, int]:
@@ -45,12 +56,9 @@ def read_vocab(path: Path, vocab_size: int) -> dict[bytes, int]:
             if len(vocab) == vocab_size:
                 break
             fields = line.split()
-            if len(fields) != 2 or not fields[1].isdigit():
-                raise ConfigError(f"{path}: line {number} is {line[:60]!r}; expected 'word count'")
+            VOCAB.require(path, len(fields) == 2 and fields[1].isdigit(), f"line {number} is {line[:60]!r}")
             vocab.setdefault(fields[0], NUM_RESERVED + len(vocab))
-    if len(vocab) < vocab_size:
-        raise ConfigError(f"data.options.vocab_size: {vocab_size} words asked, {path} has {len(vocab)}; allowed: "
-                          f"1..{len(vocab)}")
+    Bounds(1, len(vocab), note=f"({path} has {len(vocab)} words)").check("data.options.vocab_size", vocab_size)
     return vocab
 
 
@@ -80,44 +88,29 @@ def _preprocess(vocab: dict[bytes, int], max_length: int, kind: str | None, doma
         y = np.stack([p[1] for p in pairs]) if pairs else empty
         if not domains:
             return x, y
-        return x, y, _type_names(types, client)
+        return x, y, _type_names(types)
 
     return preprocess
 
 
-def _type_names(types: np.ndarray, client: str) -> np.ndarray:
-    """The posts' ``type`` values as names (one of :data:`TYPES`); one line for any other value."""
-    names = np.array([bytes(t).decode("utf-8", "replace") for t in types], dtype=object)
-    unknown = sorted(set(names) - set(TYPES))
-    if unknown:
-        raise ConfigError(f"stackoverflow: client {client!r} has posts of type {unknown[0]!r}; expected "
-                          f"{' or '.join(TYPES)}")
-    return names
-
-
-def _check(key: str, value: object, allowed: str, ok: bool) -> None:
-    if not ok:
-        raise ConfigError(f"data.options.{key}: {value!r} is not allowed; allowed: {allowed}")
+def _type_names(types: np.ndarray) -> np.ndarray:
+    """The posts' ``type`` values (each one of :data:`TYPES`: :data:`DOMAIN_FEATURES`) as names."""
+    return np.array([bytes(t).decode("utf-8", "replace") for t in types], dtype=object)
 
 
 @register_dataset("stackoverflow")
-def load_stackoverflow(root: Path, download: bool, seed: int, vocab_size: int = 10_000, max_length: int = 20,
-                       test_max_length: int | None = None, type: str | None = None,  # noqa: A002 - FedJAX's name
-                       test_type: str | None = None, test_size: int | None = None, domains: str | None = None,
-                       num_clients: int | None = None) -> ImageDataset:
-    """StackOverflow's users as clients; ``num_clients`` of the train file's drawn by ``seed`` (None: all)."""
-    for key, value in (("vocab_size", vocab_size), ("max_length", max_length)):
-        _check(key, value, "an integer >= 1", isinstance(value, int) and value >= 1)
-    _check("test_max_length", test_max_length, "an integer >= 1 or null",
-           test_max_length is None or (isinstance(test_max_length, int) and test_max_length >= 1))
-    for key, value in (("type", type), ("test_type", test_type)):
-        _check(key, value, "question, answer or null", value is None or value in TYPES)
-    _check("domains", domains, "type or null", domains in (None, "type"))
+def load_stackoverflow(root: Path, download: bool, seed: int, vocab_size: PositiveInt = 10_000,
+                       max_length: PositiveInt = 20, test_max_length: PositiveInt | None = None,
+                       type: PostType | None = None,  # noqa: A002 - FedJAX's name
+                       test_type: PostType | None = None, test_size: PositiveInt | None = None,
+                       domains: Literal["type"] | None = None, num_clients: int | None = None) -> ImageDataset:
+    """StackOverflow's users as clients; ``num_clients`` of the train file's drawn by ``seed`` (None: all). The
+    options' types are their rules (:func:`~lit_fl.data.options.check_options`)."""
     if domains is not None and (type, test_type) != (None, None):
         raise ConfigError(f"data.options.domains: type keeps both types as domains, but type is {type!r} and "
                           f"test_type {test_type!r}; allowed with it: type: null, test_type: null")
     split_types = domains is not None
-    features = ("tokens",) if type is None and test_type is None and not split_types else ("tokens", "type")
+    features = DOMAIN_FEATURES if split_types else FEATURES if type is None and test_type is None else TYPED_FEATURES
     vocab = read_vocab(locate(root, VOCAB_FILE, f"{FEDJAX_URL}/stackoverflow/{VOCAB_FILE}"), vocab_size)
     paths = [locate(root, f"stackoverflow_{s}.sqlite", f"{FEDJAX_URL}/stackoverflow/stackoverflow_{s}.sqlite")
              for s in ("train", "test")]

@@ -22,18 +22,18 @@ from lit_fl.data.dataset import ImageDataset
 from lit_fl.data.image_specs import IMAGE_SPECS, image_options, require_layout
 from lit_fl.data.registry import register_dataset
 from lit_fl.data.rgb_images import resized_rgb, rgb_dataset, stack_rgb
-from lit_fl.errors import ConfigError
 
 BASE = "tiny-imagenet-200"
 _SPEC = IMAGE_SPECS["tiny_imagenet"]
+#: the layout under ``data.root`` (:attr:`~lit_fl.data.image_specs.ImageFileSpec.layout`), every file checked by it
+LAYOUT = _SPEC.schema
 
 
 def read_wnids(path: Path) -> list[str]:
     """The class ids of ``wnids.txt`` in file order (blank lines skipped); a repeated id is refused."""
     wnids = [line.strip() for line in path.read_text().splitlines() if line.strip()]
-    if len(set(wnids)) != len(wnids) or not wnids:
-        raise ConfigError(f"data.root: {path}: expected one distinct WordNet id per line, got {len(wnids)} lines "
-                          f"with {len(set(wnids))} distinct ids")
+    LAYOUT.require(path, len(set(wnids)) == len(wnids) > 0, f"{len(wnids)} lines with {len(set(wnids))} distinct "
+                   "WordNet ids (one distinct id per line)")
     return wnids
 
 
@@ -43,9 +43,7 @@ def train_files(base: Path, wnids: list[str]) -> list[tuple[Path, int]]:
     for label, wnid in enumerate(wnids):
         folder = base / "train" / wnid / "images"
         images = sorted(folder.glob("*.JPEG"))
-        if not images:
-            raise ConfigError(f"data.root: {folder}: expected the *.JPEG training images of class {wnid} "
-                              f"(layout: {_SPEC.layout})")
+        LAYOUT.require(folder, bool(images), f"no *.JPEG training images of class {wnid}")
         files += [(image, label) for image in images]
     return files
 
@@ -59,9 +57,8 @@ def val_files(base: Path, wnids: list[str]) -> list[tuple[Path, int]]:
         if not line.strip():
             continue
         fields = line.split("\t")
-        if len(fields) < 2 or fields[1] not in label_of:
-            raise ConfigError(f"data.root: {annotations} line {number}: expected <file>\\t<wnid of wnids.txt>\\t"
-                              f"<box>, got {line[:80]!r}")
+        LAYOUT.require(annotations, len(fields) >= 2 and fields[1] in label_of,
+                       f"line {number} is {line[:80]!r}, not <file>\\t<wnid of wnids.txt>\\t<box>")
         files.append((base / "val" / "images" / fields[0], label_of[fields[1]]))
     return files
 
@@ -70,11 +67,8 @@ def decode(files: list[tuple[Path, int]], size: int) -> tuple[np.ndarray, np.nda
     """uint8 ``(N, size, size, 3)`` images and int64 labels; an unreadable or missing image is one line naming it."""
     images = []
     for path, _ in files:
-        try:
-            with Image.open(path) as image:
-                images.append(resized_rgb(image, size))
-        except (OSError, ValueError) as err:
-            raise ConfigError(f"data.root: {path}: cannot be read as an image ({err})") from err
+        with LAYOUT.reading(path, (OSError, ValueError), "cannot be read as an image"), Image.open(path) as image:
+            images.append(resized_rgb(image, size))
     return stack_rgb(images, size), np.asarray([label for _, label in files], dtype=np.int64)
 
 

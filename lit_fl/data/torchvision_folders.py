@@ -30,7 +30,7 @@ from lit_fl.data.image_specs import IMAGE_SPECS, image_options, require_layout
 from lit_fl.data.registry import register_dataset
 from lit_fl.data.rgb_images import resized_rgb, rgb_dataset, stack_rgb
 from lit_fl.data.torchvision_sets import DatasetDownloadError
-from lit_fl.errors import ConfigError, DatasetNotFoundError
+from lit_fl.errors import DatasetNotFoundError
 
 #: the fraction of Caltech101 held out as the global test set (DFML sec. 4.1)
 CALTECH101_TEST_FRACTION = 0.2
@@ -41,7 +41,8 @@ def _open(name: str, root: Path, download: bool, build: Callable[[], Any]) -> An
     spec = IMAGE_SPECS[name]
     require_layout(name, root, download)
     try:
-        return build()
+        with spec.schema.reading(root, (ValueError,), f"{spec.title}: an annotation file cannot be read"):
+            return build()  # a malformed annotation line or .mat file: a ValueError
     except (OSError, RuntimeError) as err:  # URLError is an OSError; torchvision raises RuntimeError when absent
         if download:
             raise DatasetDownloadError(
@@ -49,19 +50,16 @@ def _open(name: str, root: Path, download: bool, build: Callable[[], Any]) -> An
                 f"network and retry, or put {spec.layout} there and run with `--data.download false`") from err
         raise DatasetNotFoundError(f"data.root: {spec.title} not readable under {root} ({err}); expected "
                                    f"{spec.layout}") from err
-    except ValueError as err:  # a malformed annotation line or .mat file
-        raise ConfigError(f"data.root: {spec.title} under {root}: an annotation file cannot be read ({err}); "
-                          f"expected {spec.layout}") from err
 
 
 def _decode(name: str, dataset: Any, size: int) -> tuple[np.ndarray, np.ndarray]:
     """Every image of a torchvision dataset (whose ``transform`` is :func:`resized_rgb`) and its label."""
     images, labels = [], []
+    spec = IMAGE_SPECS[name]
     for index in range(len(dataset)):
-        try:
+        with spec.schema.reading(getattr(dataset, "root", spec.title), (OSError, ValueError),  # PIL names the file
+                                 f"{spec.title} image {index} cannot be read"):
             image, label = dataset[index]
-        except (OSError, ValueError) as err:  # PIL names the file it cannot identify or decode
-            raise ConfigError(f"data.root: {IMAGE_SPECS[name].title}: image {index} cannot be read ({err})") from err
         images.append(image)
         labels.append(int(label))
     return stack_rgb(images, size), np.asarray(labels, dtype=np.int64)

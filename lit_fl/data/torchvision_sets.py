@@ -21,11 +21,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from lit_fl.constraints import PositiveInt
 from lit_fl.data.dataset import ImageDataset
 from lit_fl.data.registry import register_dataset
 from lit_fl.data.torchvision_specs import SPECS, TorchvisionSpec, not_found_message, require_files
 from lit_fl.data.transforms import black_value, normalize, to_float_images
-from lit_fl.errors import ConfigError, DatasetNotFoundError
+from lit_fl.errors import DatasetNotFoundError
 
 #: images resized per chunk (bounds the memory the interpolation needs beside the result)
 RESIZE_CHUNK = 4096
@@ -35,12 +36,10 @@ class DatasetDownloadError(DatasetNotFoundError):
     """``download=True`` was given but fetching the dataset failed (e.g. no network)."""
 
 
-def load_torchvision(root: Path, download: bool, seed: int, *, name: str, size: int | None = None) -> ImageDataset:
+def load_torchvision(root: Path, download: bool, seed: int, *, name: str,
+                     size: PositiveInt | None = None) -> ImageDataset:
     """Load the dataset ``name`` of :data:`SPECS` from ``root`` (``seed`` is unused: the split is fixed), its images
-    resized to ``size x size`` when ``size`` is given."""
-    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
-        raise ConfigError(f"data.options.size: the side of the resized {name} images must be an integer >= 1 "
-                          f"(or null for the original size), got {size!r}")
+    resized to ``size x size`` when ``size`` is given (null: the original size)."""
     spec = SPECS[name]
     root = Path(root).expanduser().resolve()
     train_x, train_y = _read_split(spec, root, download, train=True, size=size)

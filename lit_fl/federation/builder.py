@@ -55,7 +55,7 @@ def build_federation(
     """
     pool = resolve_pool(models.pool)
     for arch in dict.fromkeys(pool):
-        check_model_for_data(arch, "models.pool", dataset.is_sequence, dataset.name)
+        check_model_for_data(arch, "models.pool", dataset.is_sequence, dataset.name, dataset.input_shape)
     archs = assign_evenly(pool, data.num_clients)
     if channels_last is None:
         channels_last = all(arch.startswith("cnn_") for arch in archs)

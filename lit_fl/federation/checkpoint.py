@@ -19,11 +19,15 @@ import torch
 from lit_fl.errors import ConfigError
 from lit_fl.federation.ledger import CommunicationLedger
 from lit_fl.federation.state import Federation
+from lit_fl.file_schema import FileSchema
 from lit_fl.io import atomic_torch_save
 from lit_fl.run_identity import RunIdentity
 
 FORMAT_VERSION = 3  # 3: one arena for every model state; 2: one flat tensor per state and dtype; 1: state dicts
 READABLE_VERSIONS = (1, 2, 3)
+#: what ``--resume`` reads: torch's file of a dict of tensors and plain values whose ``format_version`` is readable
+CHECKPOINT = FileSchema(f"a lit-fl checkpoint (format_version {', '.join(map(str, READABLE_VERSIONS))})",
+                        key="--resume")
 
 PackedState = dict[str, Any]
 
@@ -125,15 +129,11 @@ def save_checkpoint(
 def read_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> dict[str, Any]:
     """The checkpoint's contents, read with ``weights_only=True``: tensors and plain Python values only, so a
     checkpoint can never run code on load. A truncated, corrupt or foreign file is one :class:`ConfigError`
-    line naming it."""
-    try:
+    line naming it (:data:`CHECKPOINT`)."""
+    # torch raises many types for a bad file; all mean "not ours"
+    with CHECKPOINT.reading(path, (Exception,), "cannot be read (truncated, corrupt or foreign)"):
         state = torch.load(path, map_location=device, weights_only=True)
-    except Exception as err:  # noqa: BLE001 - torch raises many types for a bad file; all mean "not ours"
-        reason = str(err).strip().splitlines()[0][:160] if str(err).strip() else type(err).__name__
-        raise ConfigError(f"--resume: {path} is not a readable lit-fl checkpoint (truncated, corrupt or foreign: "
-                          f"{reason})") from None
-    if not isinstance(state, dict) or "format_version" not in state:
-        raise ConfigError(f"--resume: {path} is not a lit-fl checkpoint (no format_version)")
+    CHECKPOINT.require(path, isinstance(state, dict) and "format_version" in state, "no format_version")
     return state
 
 
@@ -141,8 +141,7 @@ def read_unpacked(path: str | Path, device: torch.device | str = "cpu") -> dict[
     """The checkpoint (:func:`read_checkpoint`) with every model state as its state dict, whatever its format."""
     state = read_checkpoint(path, device)
     version = state["format_version"]
-    if version not in READABLE_VERSIONS:
-        raise ConfigError(f"{path}: unsupported checkpoint format {version}")
+    CHECKPOINT.require(path, version in READABLE_VERSIONS, f"unsupported checkpoint format {version}")
     if version == 3:
         state["federation"] = _map_models(state["federation"], Arena(state.pop("arena")).unpack)
     elif version == 2:

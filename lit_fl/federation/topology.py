@@ -12,7 +12,7 @@ from typing import Literal
 
 import numpy as np
 
-from lit_fl.constraints import PositiveInt, check_fields
+from lit_fl.constraints import Bounds, PositiveInt, check_fields
 from lit_fl.errors import ConfigError
 
 TopologyName = Literal["mesh", "two_group", "ring", "regular"]
@@ -115,8 +115,7 @@ def mesh(num_clients: int) -> Topology:
 def two_group(num_clients: int) -> tuple[Topology, tuple[int, int]]:
     """Odd addresses (1, 3, ... = ids 0, 2, ...) and even addresses (ids 1, 3, ...) each form a mesh; the
     median client of each group holds the single bridge link. Returns the topology and the bridge."""
-    if num_clients < 4:
-        raise ConfigError(f"topology two_group needs at least 4 clients, got {num_clients}")
+    Bounds(4, note="(the two_group topology: two meshes of at least 2)").check("data.num_clients", num_clients)
     groups = [np.arange(0, num_clients, 2), np.arange(1, num_clients, 2)]
     adjacency = np.zeros((num_clients, num_clients), dtype=bool)
     for group in groups:

@@ -46,8 +46,7 @@ class CodistCNN(nn.Module):
         height, width = input_size
         # 2 valid convs (-2 each), pool /2, valid conv (-2), pool /2 (floor, as a VALID max-pool)
         height, width = ((height - 4) // 2 - 2) // 2, ((width - 4) // 2 - 2) // 2
-        if height < 1 or width < 1:
-            raise ConfigError(f"CodistCNN: input {tuple(input_size)} is too small (needs at least 10x10)")
+        # at least 1 x 1 from 12 x 12 up: the input the names codist_small/large declare (create_model checks it)
         self.features = nn.Sequential(
             nn.Conv2d(in_channels, c1, kernel_size=3),
             nn.ReLU(inplace=True),

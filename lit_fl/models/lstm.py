@@ -26,8 +26,6 @@ import math
 import torch
 from torch import Tensor, nn
 
-from lit_fl.errors import ConfigError
-
 #: ``(embed, hidden, layers)`` of the codistillation paper's language models (App. E)
 CODIST_LSTMS: dict[str, tuple[int, int, int]] = {"codist_lstm_small": (96, 70, 1), "codist_lstm_large": (192, 140, 2)}
 #: ``(embed, hidden, layers)`` of FedJAX's Shakespeare model
@@ -88,21 +86,14 @@ class LSTMLanguageModel(nn.Module):
         return self.head(h)
 
 
-def _check_tokens(arch: str, input_shape: tuple[int, ...]) -> None:
-    if len(input_shape) != 1:
-        raise ConfigError(f"models.pool: {arch} is a language model of token sequences; the dataset's samples have "
-                          f"shape {'x'.join(map(str, input_shape))} (images): use an image model")
-
-
 def word_lstm(arch: str, embed: int, hidden: int, layers: int, input_shape: tuple[int, ...],
               num_classes: int) -> LSTMLanguageModel:
-    """FedJAX's StackOverflow model at ``num_classes`` tokens (vocabulary + PAD, BOS, EOS, OOV)."""
-    _check_tokens(arch, input_shape)
+    """FedJAX's StackOverflow model at ``num_classes`` tokens (vocabulary + PAD, BOS, EOS, OOV); registered as
+    taking token sequences (:data:`lit_fl.models.registry.TOKENS`, checked by ``create_model``)."""
     return LSTMLanguageModel(num_classes, embed, hidden, layers, projection=True)
 
 
 def char_lstm(arch: str, embed: int, hidden: int, layers: int, input_shape: tuple[int, ...],
               num_classes: int) -> LSTMLanguageModel:
-    """FedJAX's (LEAF's) Shakespeare character model at ``num_classes`` tokens."""
-    _check_tokens(arch, input_shape)
+    """FedJAX's (LEAF's) Shakespeare character model at ``num_classes`` tokens (token sequences, as registered)."""
     return LSTMLanguageModel(num_classes, embed, hidden, layers, projection=False)

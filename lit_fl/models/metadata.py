@@ -21,7 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from lit_fl.errors import ConfigError
-from lit_fl.models.registry import is_known, name_widths
+from lit_fl.models.registry import name_widths, require_known
 from lit_fl.models.resnet import RESNET18_WIDTHS
 from lit_fl.models.timm_models import TIMM_PREFIX
 from lit_fl.models.vit import attention_shape
@@ -59,8 +59,7 @@ register_classifier("torchvision.models.mobilenetv2.MobileNetV2", "classifier.")
 
 def width_rate(arch: str) -> float | None:
     """Rate of ``arch`` relative to its family's reference model, or ``None`` when it is not sliceable."""
-    if not is_known(arch):
-        raise ConfigError(f"models: unknown architecture {arch!r}")
+    require_known(arch)
     family = arch.split("_")[0]
     if arch.startswith(TIMM_PREFIX) or family not in REFERENCE_WIDTHS:
         return None
@@ -85,22 +84,22 @@ def _vit_attention_scales(dim: int, rate: Fraction) -> bool:
 
 
 def classifier_prefix(model: nn.Module) -> str:
-    """``state_dict`` key prefix (with the trailing dot) of the final classifier of ``model``."""
+    """``state_dict`` key prefix (with the trailing dot) of the final classifier of ``model``: its class's (or a base
+    class's) registered one, or a timm model's own."""
     for cls in type(model).__mro__:
         path = f"{cls.__module__}.{cls.__qualname__}"
         if path in CLASSIFIER_PREFIXES:
             return CLASSIFIER_PREFIXES[path]
-    if hasattr(model, "get_classifier"):
-        return _timm_classifier_prefix(model)
-    raise ConfigError(
-        f"models: no classifier known for {type(model).__qualname__}; register it with "
-        "lit_fl.models.metadata.register_classifier"
-    )
+    prefix = _timm_classifier_prefix(model) if hasattr(model, "get_classifier") else None
+    if prefix is None:
+        raise ConfigError(f"models: no classifier known for {type(model).__qualname__}; register it with "
+                          "lit_fl.models.metadata.register_classifier")
+    return prefix
 
 
-def _timm_classifier_prefix(model: nn.Module) -> str:
+def _timm_classifier_prefix(model: nn.Module) -> str | None:
     """timm: ``pretrained_cfg["classifier"]`` (``default_cfg`` in older versions), else the name of the module
-    that ``get_classifier()`` returns."""
+    that ``get_classifier()`` returns (None: neither is a module of the model)."""
     cfg = getattr(model, "pretrained_cfg", None) or getattr(model, "default_cfg", None) or {}
     name = cfg.get("classifier")
     keys = model.state_dict().keys()
@@ -110,7 +109,7 @@ def _timm_classifier_prefix(model: nn.Module) -> str:
     for module_name, module in model.named_modules():
         if module is head and module_name and any(key.startswith(f"{module_name}.") for key in keys):
             return f"{module_name}."
-    raise ConfigError(f"models: cannot locate the classifier of timm model {type(model).__qualname__}")
+    return None
 
 
 def classifier_module(model: nn.Module) -> nn.Module:

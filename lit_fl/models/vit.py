@@ -15,9 +15,6 @@ from __future__ import annotations
 
 from torch import nn
 
-from lit_fl.errors import ConfigError
-
-PATCH_SIZE = 4
 DEPTH = 2
 HEAD_DIM = 64
 DROPOUT = 0.1
@@ -29,26 +26,18 @@ def attention_shape(dim: int) -> tuple[int, int]:
     return max(1, dim // HEAD_DIM), min(HEAD_DIM, dim)
 
 
-def check_image_size(arch: str, input_shape: tuple[int, int, int]) -> None:
-    """The patch grid must tile the image exactly."""
-    _, height, width = input_shape
-    if height % PATCH_SIZE or width % PATCH_SIZE:
-        raise ConfigError(
-            f"models: {arch!r} needs image sides divisible by the patch size {PATCH_SIZE}, "
-            f"got input_shape {tuple(input_shape)}"
-        )
-
-
-def vit(arch: str, dim: int, mlp_dim: int, input_shape: tuple[int, int, int], num_classes: int) -> nn.Module:
-    """Factory behind ``vit_<dim>_<mlp_dim>`` (``vit_512_512`` is the largest model of Table 10)."""
-    check_image_size(arch, input_shape)
+def vit(arch: str, dim: int, mlp_dim: int, input_shape: tuple[int, int, int], num_classes: int,
+        patch_size: int) -> nn.Module:
+    """Factory behind ``vit_<dim>_<mlp_dim>`` (``vit_512_512`` is the largest model of Table 10); ``patch_size`` is
+    the family's declared :data:`~lit_fl.models.registry.VIT_PATCH_SIZE` (4), which the image sides are multiples
+    of (``create_model`` checks)."""
     from vit_pytorch.vit_for_small_dataset import ViT  # lazy: keeps ``import lit_fl.models`` fast
 
     channels, height, width = input_shape
     heads, dim_head = attention_shape(dim)
     return ViT(
         image_size=(height, width),
-        patch_size=PATCH_SIZE,
+        patch_size=patch_size,
         num_classes=num_classes,
         dim=dim,
         depth=DEPTH,

@@ -7,7 +7,7 @@ import io
 import math
 from pathlib import Path
 
-from lit_fl.errors import ConfigError
+from lit_fl.file_schema import FileSchema
 from lit_fl.io import atomic_write_text
 
 #: Columns every run has, in this order; ``acc/<arch>`` and algorithm extras follow.
@@ -27,6 +27,10 @@ BASE_COLUMNS = (
     "aggregator",
     "num_participants",
 )
+#: the file's schema: a header naming each column once (``round`` and :data:`BASE_COLUMNS` among them), then one row
+#: of numbers per evaluated round in increasing rounds (:func:`_header_problem`, :func:`_row_problem`, :func:`_value`)
+METRICS_CSV = FileSchema("a header naming each column once, then one row of numbers per evaluated round",
+                         written=True, remedy="restore the file or start a new run")
 
 
 class MetricsCSV:
@@ -44,10 +48,7 @@ class MetricsCSV:
             if rows:
                 self.columns = list(rows[0])
                 self.header_read = True
-                missing = [c for c in BASE_COLUMNS if c not in self.columns]
-                if missing:
-                    raise ConfigError(f"{self.path}: damaged: no column {', '.join(missing)} (every run writes "
-                                      f"{', '.join(BASE_COLUMNS)}); restore the file or start a new run")
+                METRICS_CSV.names(self.path, "column", BASE_COLUMNS, self.columns)  # every run writes them
 
     def append(self, row: dict[str, float]) -> None:
         if self.columns is None:
@@ -57,11 +58,9 @@ class MetricsCSV:
             with self.path.open("w", newline="") as handle:
                 csv.writer(handle).writerow(self.columns)
         unknown = set(row) - set(self.columns)
-        if unknown and self.header_read:  # the file on disk lost columns this run writes: damaged input
-            raise ConfigError(f"{self.path}: damaged: no column {', '.join(sorted(unknown))}, which this run "
-                              "writes; restore the file or start a new run")
-        if unknown:  # this process wrote the header: a method that logs a new key later is a bug
-            raise KeyError(f"metrics.csv: new columns {sorted(unknown)} after the header was written")
+        if unknown and not self.header_read:  # this process wrote the header: a method that logs a new key later
+            raise KeyError(f"metrics.csv: new columns {sorted(unknown)} after the header was written")  # is a bug
+        METRICS_CSV.names(self.path, "column", sorted(row), self.columns)  # the file on disk lost columns: damaged
         with self.path.open("a", newline="") as handle:
             csv.writer(handle).writerow([_format(row.get(c, math.nan)) for c in self.columns])
 
@@ -87,56 +86,52 @@ def read_metrics(path: str | Path) -> list[dict[str, float]]:
 
 def _read(path: str | Path) -> tuple[list[dict[str, float]], bool]:
     """The complete rows, and whether a half-written last row was left out. The one reader of ``metrics.csv``: it
-    checks what it reads (:func:`_checked_header`, :func:`_parsed`, rounds increasing), so a damaged file is one
-    :class:`ConfigError` naming the file, the line and the column, never a value that breaks a later use."""
-    try:
-        text = Path(path).read_text()
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: damaged: not a text file") from None
+    checks what it reads against :data:`METRICS_CSV`, so a damaged file is one :class:`~lit_fl.errors.ConfigError`
+    naming the file, the line and the column, never a value that breaks a later use."""
+    text = METRICS_CSV.read_text(path, may_be_absent=True)  # a missing file is the caller's to decide
     torn = bool(text) and not text.endswith("\n")
     if torn:
         text = text[: text.rfind("\n") + 1]
     reader = csv.reader(io.StringIO(text, newline=""))
     rows: list[dict[str, float]] = []
-    try:
+    with METRICS_CSV.reading(path, (csv.Error,), lambda: f"line {reader.line_num} is not CSV"):
         header = next(reader, None)
         if header is None:
             return [], torn
-        columns = _checked_header(path, header)
+        problem = _header_problem(header)
+        METRICS_CSV.require(path, problem is None, f"line 1 {problem}")
         for cells in reader:
             if cells:  # a blank line is no row (as csv.DictReader reads it)
-                rows.append(_parsed(path, reader.line_num, columns, cells))
-                _check_round_order(path, reader.line_num, rows)
-    except csv.Error as err:
-        raise ConfigError(f"{path}: damaged: line {reader.line_num}: {err}") from None
+                problem, row = _row_problem(header, cells, rows[-1]["round"] if rows else 0)
+                METRICS_CSV.require(path, problem is None, f"line {reader.line_num}{problem}")
+                rows.append(row)
     return rows, torn
 
 
-def _checked_header(path: str | Path, header: list[str]) -> list[str]:
-    """The column names: ``round`` among them, each named once and not empty."""
+def _header_problem(header: list[str]) -> str | None:
+    """What the header breaks: ``round`` among the column names, each named once and not empty."""
     if "round" not in header:
-        raise ConfigError(f"{path}: damaged: no round column in its header")
-    for column in header:
-        if not column.strip():
-            raise ConfigError(f"{path}: damaged: line 1 has a column without a name")
-        if header.count(column) > 1:
-            raise ConfigError(f"{path}: damaged: line 1 names column {column!r} twice")
-    return header
+        return "has no round column"
+    if not all(column.strip() for column in header):
+        return "has a column without a name"
+    twice = [column for column in header if header.count(column) > 1]
+    return f"names column {twice[0]!r} twice" if twice else None
 
 
-def _parsed(path: str | Path, line: int, columns: list[str], cells: list[str]) -> dict[str, float]:
-    """One row as floats (``round`` as int), each value checked (:func:`_value`); a damaged one is a
-    :class:`ConfigError` naming the file, line and column."""
+def _row_problem(columns: list[str], cells: list[str], previous: int) -> tuple[str | None, dict[str, float]]:
+    """``(None, row)`` with the row's values as floats (``round`` as int), or what the row breaks (following the
+    line number): one value per column, each as :func:`_value` says, its round after ``previous``."""
     if len(cells) != len(columns):
-        raise ConfigError(f"{path}: damaged: line {line} does not have one value per column "
-                          f"({len(cells)} values, {len(columns)} columns)")
+        return f" does not have one value per column ({len(cells)} values, {len(columns)} columns)", {}
     row: dict[str, float] = {}
     for column, cell in zip(columns, cells):
         problem, value = _value(column, cell)
         if problem:
-            raise ConfigError(f"{path}: damaged: line {line}, {column}: {cell!r} is not {problem}")
+            return f", {column}: {cell!r} is not {problem}", {}
         row[column] = value
-    return row
+    if row["round"] <= previous:
+        return f", round: {row['round']} follows round {previous} (rows must be of increasing rounds)", {}
+    return None, row
 
 
 def _value(column: str, cell: str) -> tuple[str, float]:
@@ -157,13 +152,6 @@ def _value(column: str, cell: str) -> tuple[str, float]:
     if column in ("comm_mb", "round_comm_mb") and not (math.isnan(value) or 0.0 <= value < math.inf):
         return "megabytes (a finite number >= 0, or nan)", value
     return "", value
-
-
-def _check_round_order(path: str | Path, line: int, rows: list[dict[str, float]]) -> None:
-    """The row just read is of a later round than the one before (rows are appended in round order)."""
-    if len(rows) > 1 and rows[-1]["round"] <= rows[-2]["round"]:
-        raise ConfigError(f"{path}: damaged: line {line}, round: {rows[-1]['round']} follows round "
-                          f"{rows[-2]['round']} (rows must be of increasing rounds)")
 
 
 def _format(value: float) -> str:
