@@ -144,6 +144,8 @@ def _cuda_available() -> bool:
 
 def check_federation(experiment: Any) -> None:
     """Enough data for every client, a topology the clients can form."""
+    from lit_fl.federation.topology import check_topology
+
     data, topology = experiment.data, experiment.topology
     n = data.num_clients
     size = train_size(data.dataset, data.options)
@@ -161,13 +163,7 @@ def check_federation(experiment: Any) -> None:
                 f"data.zeta: {n} clients x {data.zeta} shards = {n * data.zeta} shards of {usable} samples; "
                 f"allowed: at most {usable // n} shards per client"
             )
-    if topology.name == "regular" and (topology.degree >= n or (n * topology.degree) % 2):
-        raise ConfigError(
-            f"topology.degree: a {topology.degree}-regular graph on {n} clients needs degree < {n} and "
-            f"N x degree even"
-        )
-    if topology.name == "two_group" and n < 4:
-        raise ConfigError(f"data.num_clients: the two_group topology needs at least 4 clients, got {n}")
+    check_topology(topology.name, n, topology.degree)
 
 
 def train_size(dataset: str, options: dict[str, Any]) -> int | None:

@@ -115,7 +115,7 @@ def mesh(num_clients: int) -> Topology:
 def two_group(num_clients: int) -> tuple[Topology, tuple[int, int]]:
     """Odd addresses (1, 3, ... = ids 0, 2, ...) and even addresses (ids 1, 3, ...) each form a mesh; the
     median client of each group holds the single bridge link. Returns the topology and the bridge."""
-    Bounds(4, note="(the two_group topology: two meshes of at least 2)").check("data.num_clients", num_clients)
+    check_topology("two_group", num_clients)
     groups = [np.arange(0, num_clients, 2), np.arange(1, num_clients, 2)]
     adjacency = np.zeros((num_clients, num_clients), dtype=bool)
     for group in groups:
@@ -136,8 +136,7 @@ def ring(num_clients: int) -> Topology:
 def random_regular(num_clients: int, degree: int, rng: np.random.Generator) -> Topology:
     """A d-regular graph: the circulant graph linking i to i +- 1..d/2 (and i + N/2 for odd d), relabelled by
     a random permutation. Always valid, no retry loop."""
-    if degree >= num_clients or (num_clients * degree) % 2:
-        raise ConfigError(f"topology.degree: need degree < N and N * degree even, got N={num_clients}, d={degree}")
+    check_topology("regular", num_clients, degree)
     ids = np.arange(num_clients)
     adjacency = np.zeros((num_clients, num_clients), dtype=bool)
     for k in range(1, degree // 2 + 1):
@@ -146,6 +145,16 @@ def random_regular(num_clients: int, degree: int, rng: np.random.Generator) -> T
         adjacency[ids, (ids + num_clients // 2) % num_clients] = True
     perm = rng.permutation(num_clients)
     return Topology("regular", adjacency[np.ix_(perm, perm)])
+
+
+def check_topology(name: str, num_clients: int, degree: int = 0) -> None:
+    """The rules a topology puts on the federation, one line naming the key: checked before any data loads
+    (:mod:`lit_fl.validation`) and where the graph is built."""
+    if name == "two_group":
+        Bounds(4, note="(the two_group topology: two meshes of at least 2)").check("data.num_clients", num_clients)
+    if name == "regular" and (degree >= num_clients or (num_clients * degree) % 2):
+        raise ConfigError(f"topology.degree: a {degree}-regular graph on {num_clients} clients needs degree < "
+                          f"{num_clients} and N x degree even")
 
 
 def build_topology(config: TopologyConfig, num_clients: int, seed: int) -> Topology:
