@@ -8,7 +8,6 @@ import json
 import shutil
 from pathlib import Path
 
-import pytest
 import yaml
 from test_compare import sweep_dir  # noqa: F401 - the fixture: 2 configurations x 2 seeds, paper numbers
 

@@ -20,7 +20,7 @@ from pydantic import Field, model_validator
 from lit_fl.configs import ROOT
 from lit_fl.errors import ConfigError
 from lit_fl.strict_yaml import load_yaml
-from lit_fl.suite.file_schema import FileModel, Label, Prose, Text, read_as, refuse
+from lit_fl.suite.document_schema import FileModel, Label, Prose, Text, read_as, refuse
 from lit_fl.suite.paper import Paper, PaperRow, load_paper
 
 DATA = ROOT / "coverage.yaml"

@@ -22,7 +22,7 @@ from pydantic import ConfigDict
 from pydantic.dataclasses import dataclass
 
 from lit_fl.io import atomic_write_text
-from lit_fl.suite.file_schema import read_as
+from lit_fl.suite.document_schema import read_as
 
 MANIFEST = "manifest.json"
 Status = Literal["pending", "running", "completed", "interrupted", "failed"]

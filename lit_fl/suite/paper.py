@@ -47,7 +47,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
 from lit_fl.errors import ConfigError
 from lit_fl.strict_yaml import load_yaml
-from lit_fl.suite.file_schema import Column, FileModel, Fraction, Label, Note, Number, Prose, Text, read_as, refuse
+from lit_fl.suite.document_schema import Column, FileModel, Fraction, Label, Note, Number, Prose, Text, read_as, refuse
 from lit_fl.tracking.metric_kind import MetricKind
 
 #: where a claim reads its runs: the last evaluated round, or each run's best

@@ -25,7 +25,7 @@ from pydantic import field_validator, model_validator
 
 from lit_fl.configs import resolve_config
 from lit_fl.strict_yaml import load_yaml
-from lit_fl.suite.file_schema import FileModel, read_as, refuse
+from lit_fl.suite.document_schema import FileModel, read_as, refuse
 
 COMMAND = ["${env}", "lit-fl", "fit", "${args}"]
 OFFLINE_METHODS = ("grid", "random")

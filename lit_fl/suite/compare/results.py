@@ -14,7 +14,7 @@ from typing import Any
 
 from lit_fl.errors import ConfigError
 from lit_fl.run_dir import RunDir, printable
-from lit_fl.suite.file_schema import Seed, read_as
+from lit_fl.suite.document_schema import Seed, read_as
 from lit_fl.suite.manifest import Manifest, is_sweep_dir
 from lit_fl.suite.paper import Paper, load_paper, paper_row
 from lit_fl.suite.plan import short_value

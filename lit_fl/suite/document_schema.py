@@ -1,4 +1,6 @@
-"""The files the suite reads, declared as typed pydantic models and read in one call: :func:`read_as`.
+"""The documents the suite reads (what the keys of a YAML or JSON file may hold), declared as typed pydantic models
+and read in one call: :func:`read_as`. Whether the file itself can be read (a regular file, text, a mapping) is
+:mod:`lit_fl.file_schema`'s part.
 
 Each on-disk format (a sweep file, its ``.paper.yaml``, a sweep's ``manifest.json``, ``coverage.yaml``) is a model
 whose fields say what each key may hold (``Literal`` choices, constrained numbers and strings, ``extra="forbid"``

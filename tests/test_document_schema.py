@@ -1,4 +1,4 @@
-"""``lit_fl.suite.file_schema.read_as``: a file validated against its pydantic model in one call, the first problem
+"""``lit_fl.suite.document_schema.read_as``: a file validated against its pydantic model in one call, the first problem
 one line naming the file, the key (list items counted from 1) and what is allowed."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from pydantic import model_validator
 
 from lit_fl.errors import ConfigError
-from lit_fl.suite.file_schema import FileModel, Fraction, Seed, Text, read_as, refuse
+from lit_fl.suite.document_schema import FileModel, Fraction, Seed, Text, read_as, refuse
 
 
 class Item(FileModel):
