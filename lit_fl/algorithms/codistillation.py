@@ -61,6 +61,7 @@ from lit_fl.algorithms.codist_pools import (
 )
 from lit_fl.algorithms.codist_round import CodistRound
 from lit_fl.algorithms.requirements import HELD_OUT_DATA, SERVER_BASED
+from lit_fl.algorithms.server import check_checkpoint
 from lit_fl.algorithms.server_optimizers import FedAdam
 from lit_fl.algorithms.settings import ClientSGD
 from lit_fl.constraints import Bounds, PositiveFloat, PositiveInt, UnitInterval
@@ -179,7 +180,8 @@ class Codistillation(CodistRound):
         self.decay_rounds = decay_rounds
         self.pool_domains = check_pool_domains(pool_domains)
         self.optimizers = {
-            pool: FedAdam(self.server_lrs[pool], server_betas, server_eps, server_bias_correction) for pool in POOLS
+            pool: FedAdam(self.server_lrs[pool], server_betas, server_eps, server_bias_correction,
+                          key="algorithm.server_") for pool in POOLS
         }
         self.pool_ids: dict[str, list[int]] = {}
         #: pool -> client id -> the client's train indices in the pool's domain (pools of ``pool_domains`` only)
@@ -221,10 +223,7 @@ class Codistillation(CodistRound):
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if list(state["large_clients"]) != list(self.pool_ids.get(LARGE, [])):
-            raise ConfigError(
-                f"checkpoint: high-capacity clients {state['large_clients']} differ from "
-                f"{self.pool_ids.get(LARGE)} of the config"
-            )
+        check_checkpoint("the high-capacity clients are", list(state["large_clients"]),
+                         list(self.pool_ids.get(LARGE, [])))
         for pool, opt in self.optimizers.items():
             opt.load_state_dict(state["fedadam"][pool])

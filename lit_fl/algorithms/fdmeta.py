@@ -38,7 +38,6 @@ public set every round.
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
@@ -46,7 +45,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from lit_fl import steps
 from lit_fl.algorithms.base import nanmean, phase_losses
 from lit_fl.algorithms.fdmeta_logits import aggregate_logits, public_sample
-from lit_fl.algorithms.global_model import fresh_model, smallest_architecture
+from lit_fl.algorithms.global_model import GlobalModelMethod, initial_global_model
 from lit_fl.algorithms.ktpfl import tensor_batches
 from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.algorithms.requirements import PROXY_DATA
@@ -54,12 +53,11 @@ from lit_fl.algorithms.server import GLOBAL, ServerAlgorithm
 from lit_fl.algorithms.settings import FEDORION_CLIENTS
 from lit_fl.algorithms.updates import ClientUpdate
 from lit_fl.constraints import Fraction, Momentum, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
-from lit_fl.errors import ConfigError
 from lit_fl.federation.endpoints import SERVER
 from lit_fl.steps.optim import SGDConfig
 
 if TYPE_CHECKING:
-    from torch import Tensor, nn
+    from torch import Tensor
 
     from lit_fl.algorithms.base import RoundResult
     from lit_fl.data.batches import ClientBatches
@@ -73,7 +71,7 @@ LogitWeights = Literal["uniform", "samples"]
 
 
 @register_algorithm
-class FDmeta(ServerAlgorithm):
+class FDmeta(GlobalModelMethod, ServerAlgorithm):
     """The FD meta-algorithm (Liu et al. 2022) with a global server model distilled from the clients' aggregated
     logits on public data (FedORION's use of it); see the module docstring.
 
@@ -90,12 +88,8 @@ class FDmeta(ServerAlgorithm):
         server_lr: the server's SGD learning rate (FedORION sec. 4.1: 0.001).
         server_momentum: the server's SGD momentum (FedORION sec. 4.1: 0.9).
         server_weight_decay: the server's SGD weight decay (FedORION names none: 0).
-        local_epochs: epochs of local training on private data per round (FedORION sec. 4.2: 10).
-        loss: the clients' supervised loss (``ce``).
-        lr: the clients' learning rate, local training and digest (FedORION sec. 4.1: 0.01).
-        momentum: the clients' SGD momentum (FedORION sec. 4.1: 0.9).
-        weight_decay: the clients' SGD weight decay (FedORION names none: 0).
-        batch_size: the clients' batch size, local training and digest (FedORION sec. 4.1: 32).
+        **kwargs: the clients' SGD (:mod:`lit_fl.algorithms.settings`), FedORION's shared setting by default; their
+            ``lr`` and ``batch_size`` serve local training and the digest alike.
     """
 
     #: FedORION sec. 4.1: "test set accuracy of the global server model"
@@ -140,11 +134,9 @@ class FDmeta(ServerAlgorithm):
     # -- setup -------------------------------------------------------------------------------------------
 
     def setup(self, federation: Federation) -> None:
-        """Resolve the global architecture and create the server model (once)."""
-        arch = self.global_arch or smallest_architecture(federation)
-        self.global_arch = arch
-        if GLOBAL not in federation.server:
-            federation.server[GLOBAL] = initial_server_model(federation, arch)
+        """Resolve the global architecture and create the server model (once): the first client's model of that
+        architecture, else a fresh one (it never trains on labels: its start only needs to be reproducible)."""
+        self.setup_global_model(federation, lambda fed, arch: initial_global_model(fed, arch, 996))
         super().setup(federation)
 
     # -- the public data ---------------------------------------------------------------------------------
@@ -229,23 +221,3 @@ class FDmeta(ServerAlgorithm):
         """Shuffled ``(x, target logits)`` batches over the public subset (no augmentation: the targets are the
         logits of these very inputs), ordered by ``federation.rng.data_order``."""
         return tensor_batches(x, targets, batch_size, federation.rng.data_order, epochs)
-
-    # -- checkpoint --------------------------------------------------------------------------------------
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"global_arch": self.global_arch}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state["global_arch"] != self.global_arch:
-            raise ConfigError(
-                f"checkpoint: the global model is {state['global_arch']}, this config builds {self.global_arch}"
-            )
-
-
-def initial_server_model(federation: Federation, arch: str) -> nn.Module:
-    """A copy of the first client's model of ``arch`` when a client has it, else a fresh ``arch`` from a seed of its
-    own (the server model never trains on labels: its start only needs to be reproducible)."""
-    same = [c for c in federation.clients if c.arch == arch]
-    if same:
-        return copy.deepcopy(same[0].model)
-    return fresh_model(federation, arch, federation.seed * 1_000 + 996)

@@ -50,11 +50,10 @@ from lit_fl.algorithms.knowledge_coefficients import (  # noqa: F401  (public im
 )
 from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.algorithms.requirements import PROXY_DATA
-from lit_fl.algorithms.server import ServerAlgorithm
+from lit_fl.algorithms.server import ServerAlgorithm, check_checkpoint
 from lit_fl.algorithms.settings import FEDORION_CLIENTS
 from lit_fl.algorithms.updates import ClientUpdate
 from lit_fl.constraints import Fraction, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
-from lit_fl.errors import ConfigError
 from lit_fl.federation.endpoints import SERVER
 
 if TYPE_CHECKING:
@@ -239,7 +238,6 @@ class KTpFL(ServerAlgorithm):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         saved = state["coefficients"]
-        if self.coefficients is not None and tuple(saved.shape) != tuple(self.coefficients.shape):
-            raise ConfigError(f"checkpoint: KT-pFL's coefficient matrix is {tuple(saved.shape)}, this config has "
-                              f"{self.coefficients.shape[0]} clients")
+        if self.coefficients is not None:
+            check_checkpoint("KT-pFL's coefficient matrix is", tuple(saved.shape), tuple(self.coefficients.shape))
         self.coefficients = saved.clone().double().cpu()

@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from lit_fl.steps.phase import ClientWork, WorkResult
     from lit_fl.steps.runner import StepRunner
 
-__all__ = ["GLOBAL", "SERVER", "ServerAlgorithm"]
+__all__ = ["GLOBAL", "SERVER", "ServerAlgorithm", "check_checkpoint"]
 
 
 class ServerAlgorithm(Algorithm):
@@ -167,3 +167,12 @@ class ServerAlgorithm(Algorithm):
 def model_state(model: nn.Module) -> dict[str, Any]:
     """``model``'s state dict, detached (what an upload of the whole model carries)."""
     return {k: v.detach() for k, v in model.state_dict().items()}
+
+
+def check_checkpoint(what: str, saved: Any, built: Any) -> None:
+    """Refuse, in one line, a checkpoint whose ``what`` (``saved``: the server's architecture, a shape, the clients of
+    a pool) is not what this config builds (``built``): the run it resumes was another."""
+    if saved != built:
+        from lit_fl.errors import ConfigError
+
+        raise ConfigError(f"checkpoint: {what} {saved}, this config builds {built}")
