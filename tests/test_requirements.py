@@ -82,6 +82,8 @@ def refusal(tmp_path: Path, algorithm: str, init_args: dict[str, Any] | None = N
      "aggregator and a sender: at least 2 clients"),
     ("DFML", {"fixed_aggregator": 4}, {}, "algorithm.fixed_aggregator: 4 is not a client id; allowed: 0..3"),
     ("DFML", {"fixed_aggregator": -1}, {}, "algorithm.fixed_aggregator must be >= 0, got -1"),
+    # client ids
+    ("FedORION", {"no_dml": [1, 6, -1]}, {}, "algorithm.no_dml: [-1, 6] are not client ids; allowed: 0..3"),
 ])
 def test_a_config_that_misses_what_the_method_needs_is_one_line(
     tmp_path: Path, algorithm: str, init_args: dict[str, Any], sections: dict[str, Any], line: str

@@ -124,6 +124,31 @@ class AggregatorAndSenders(Requirement):
 
 
 @dataclass(frozen=True)
+class ClientIds(Requirement):
+    """``algorithm.<key>`` (the method's attribute ``attribute``, by default ``key``), when a list: client ids, each
+    of ``0..data.num_clients - 1`` and none twice; ``at_least_one``: an empty list is refused too (``name`` says
+    what the list is)."""
+
+    key: str = ""
+    attribute: str = ""
+    at_least_one: bool = False
+
+    def config_problem(self, algorithm: Any, experiment: Any) -> str | None:
+        ids = getattr(algorithm, self.attribute or self.key)
+        if not isinstance(ids, (list, tuple)):
+            return None
+        n = experiment.data.num_clients
+        bad = [i for i in ids if not 0 <= i < n]
+        if bad:
+            return f"algorithm.{self.key}: {bad} are not client ids; allowed: 0..{n - 1}"
+        if self.at_least_one and not ids:
+            return f"algorithm.{self.key}: the list of {self.name} is empty; allowed: at least one of 0..{n - 1}"
+        if len(set(ids)) != len(ids):
+            return f"algorithm.{self.key}: {list(ids)} repeats a client; allowed: each client id once"
+        return None
+
+
+@dataclass(frozen=True)
 class Images(Requirement):
     """Image samples: the method is built for images (``sequence_tasks`` False)."""
 
