@@ -24,8 +24,8 @@ architecture, FedORION's WRN40 role, sec. 4.1) that learns by distillation alone
    Payload)``); each distills the same loss into its own model for ``distill_epochs`` epochs of batches of
    ``batch_size`` at the clients' SGD settings.
 
-The round is :class:`~lit_fl.algorithms.server.ServerAlgorithm`'s (nothing goes down at its start): step 3 the
-client phase, 2 and 4 :meth:`FDmeta.collect_all` (a predict phase, fused per architecture), 5-6
+The round is :class:`~lit_fl.algorithms.server.ServerAlgorithm`'s (nothing goes down at its start, ``sends_model =
+False``): step 3 the client phase, 2 and 4 :meth:`FDmeta.collect_all` (a predict phase, fused per architecture), 5-6
 :meth:`FDmeta.server_update` (6 a server step), 7 :meth:`FDmeta.send_back` (the digest, ``ClientWork`` that fuses
 under ``trainer.fuse on`` for models without BatchNorm). All access to the public data is
 :meth:`FDmeta.public_inputs` (``data.proxy``: by default the held-out slice, ``data.server_fraction > 0``).
@@ -99,6 +99,7 @@ class FDmeta(GlobalModelMethod, ServerAlgorithm):
     paper_same_init = False  # heterogeneous clients initialise their own models (FedORION sec. 4.1: "randomly")
     sequence_tasks = True  # per-token aggregated logits; the CE over positions whose input is not PAD
     client_defaults = FEDORION_CLIENTS  # FedORION's shared setting (sec. 4.1, 4.2.1)
+    sends_model = False  # step 3: nothing goes down; the client trains its own model
     #: the round's ``|S_t|`` and ``P_t`` (:meth:`collect_all`) and ``z`` (:meth:`server_update`; None: no logits
     #: arrived), read by the later hooks of the same round
     sampled: int
@@ -155,11 +156,6 @@ class FDmeta(GlobalModelMethod, ServerAlgorithm):
         result = super().run_round(round_, federation, runner, ledger)
         result.num_participants = self.sampled
         return result
-
-    def broadcast(self, client: Client, starts: dict[str, dict[str, Any]], federation: Federation,
-                  ledger: CommunicationLedger) -> ClientWork | None:
-        """Step 3: nothing goes down; the client trains its own model (:meth:`local_work`)."""
-        return self.local_work(client, federation)
 
     def collect_all(self, clients: Sequence[Client], works: Sequence[ClientWork | None], results: Sequence[WorkResult],
                     federation: Federation, runner: StepRunner,
