@@ -10,8 +10,10 @@ built. Each refusal is one line naming the key and what is allowed. ``requires``
 other: a subclass inherits it, or writes its own (``Parent.requires + (ONE_ARCHITECTURE,)``).
 
 A method that needs images says so by leaving ``sequence_tasks`` False (the default): :data:`IMAGES` applies to it
-without being listed. Rules about one method's own keys (a client id of ``no_dml``, a pool's domain) stay in its
-``__init__``/``setup``/``check_dataset``.
+without being listed. A key that lists client ids is a :class:`ClientIds` (FedORION's ``no_dml``, codistillation's
+``large_clients``); a method's own rule across keys can be a requirement of its module (codistillation's
+``PoolRules``); what only the built federation shows (a client's architecture, a pool's domain among its clients'
+samples) stays in the method's ``setup``.
 """
 
 from __future__ import annotations
