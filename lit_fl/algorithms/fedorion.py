@@ -62,11 +62,11 @@ from lit_fl.federation.endpoints import SERVER
 from lit_fl.steps.optim import SGDConfig
 
 if TYPE_CHECKING:
-
     from lit_fl.federation.ledger import CommunicationLedger
     from lit_fl.federation.state import Client, Federation
     from lit_fl.steps.phase import ClientWork
     from lit_fl.steps.runner import StepRunner
+
 #: ``no_dml: global_arch`` = every client whose architecture is the global one skips DML (the paper's rule).
 GLOBAL_ARCH = "global_arch"
 #: the rate a no-DML client trains its one model (the received global model) at: the paper leaves it open (sec. 4.1
