@@ -39,16 +39,17 @@ class KernelCounter(TorchDispatchMode):
 
     @property
     def by_phase(self) -> Counter[str]:
-        out: Counter[str] = Counter()
-        for (phase, _), calls in self.by_phase_op.items():
-            out[phase] += calls
-        return out
+        return self._summed(0)
 
     @property
     def by_op(self) -> Counter[str]:
+        return self._summed(1)
+
+    def _summed(self, part: int) -> Counter[str]:
+        """The calls summed over the other part of the key (``part`` 0: per phase, 1: per operator)."""
         out: Counter[str] = Counter()
-        for (_, op), calls in self.by_phase_op.items():
-            out[op] += calls
+        for key, calls in self.by_phase_op.items():
+            out[key[part]] += calls
         return out
 
     @property

@@ -6,14 +6,22 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar, get_type_hints
 
 T = TypeVar("T", bound=type)
 
 
-def lazy_exports(package: str, namespace: dict[str, Any], exports: dict[str, str]) -> tuple[Callable, Callable]:
-    """The ``__getattr__`` and ``__dir__`` of ``package`` whose public names live in the modules ``exports`` maps
-    them to; a name is imported once and then kept in ``namespace`` (the package's globals)."""
+def lazy_exports(namespace: dict[str, Any]) -> tuple[Callable, Callable, list[str]]:
+    """The ``__getattr__``, ``__dir__`` and ``__all__`` of the package whose globals are ``namespace``.
+
+    Its public names are the ones its ``__init__`` imports under ``if TYPE_CHECKING:``: that block is what type
+    checkers read, and read here (:func:`type_checking_imports`) it is also the export table (``_EXPORTS``, name ->
+    module), so each name is written once. A name's module is imported the first time the name is used, and the
+    value is then kept in ``namespace``."""
+    package = namespace["__name__"]
+    exports = type_checking_imports(namespace["__file__"])
+    namespace["_EXPORTS"] = exports
 
     def __getattr__(name: str) -> Any:
         if name not in exports:
@@ -25,7 +33,18 @@ def lazy_exports(package: str, namespace: dict[str, Any], exports: dict[str, str
     def __dir__() -> list[str]:
         return sorted([*namespace, *exports])
 
-    return __getattr__, __dir__
+    return __getattr__, __dir__, sorted(exports)
+
+
+def type_checking_imports(path: str) -> dict[str, str]:
+    """``name -> module`` of the ``from MODULE import NAME`` statements under a top-level ``if TYPE_CHECKING:`` of
+    the source file ``path``."""
+    import ast
+
+    tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+    blocks = [n.body for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", None) == "TYPE_CHECKING"]
+    return {alias.asname or alias.name: node.module for body in blocks for node in body
+            if isinstance(node, ast.ImportFrom) and node.module for alias in node.names}
 
 
 def eager_init_annotations(cls: T) -> T:

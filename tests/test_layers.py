@@ -7,9 +7,10 @@ What counts as an arrow ``a -> b`` (module ``a`` imports lit_fl module ``b``):
   import runs whenever the function does: deferring it keeps the command line fast, and a circle through it still
   means two modules that cannot be understood (or moved) apart, so it is no licence to import upward or in a circle;
 * ``from lit_fl.steps import LocalTraining`` points at the module that defines ``LocalTraining`` when the package
-  exports it (its ``__init__`` imports the name, eagerly or, for a lazy package, under ``TYPE_CHECKING`` as the
-  mirror of its export table); a lazy package (:func:`lit_fl.lazy.lazy_exports`) points at every module of its
-  export table, which it imports when a name is first used (the mirror is checked against the table below);
+  exports it (its ``__init__`` imports the name, eagerly or, for a lazy package, under ``TYPE_CHECKING``, the
+  block that is its export table); a lazy package (:func:`lit_fl.lazy.lazy_exports`) points at every module of its
+  export table, which it imports when a name is first used (the table read here is checked against the package's
+  own reading below);
 * imports under ``if TYPE_CHECKING:`` never run, so they cannot close an import circle and the circle check leaves
   them out; they still say that ``a`` knows ``b``'s types, so the layer order counts them.
 
@@ -122,8 +123,8 @@ class Source:
             isinstance(n, ast.Call) and getattr(n.func, "id", None) == "lazy_exports" for n in ast.walk(self.tree))
 
     def exports(self) -> dict[str, str]:
-        """``name -> module`` of what a package's ``__init__`` imports from lit_fl (for a lazy package: the mirror of
-        its export table under ``TYPE_CHECKING``)."""
+        """``name -> module`` of what a package's ``__init__`` imports from lit_fl (for a lazy package: its export
+        table, the block under ``TYPE_CHECKING``)."""
         found = {}
         lazy = self.is_lazy
         for node, type_only in import_nodes(self.tree):
@@ -247,8 +248,9 @@ def test_every_package_and_module_has_one_layer() -> None:
     assert len(ALLOWED_UP) <= 1
 
 
-def test_lazy_packages_mirror_their_export_tables() -> None:
-    """The arrows of a lazy package are read from its ``TYPE_CHECKING`` mirror: it must equal the table."""
+def test_lazy_packages_read_their_export_tables_as_the_layers_do() -> None:
+    """The arrows of a lazy package are read from its ``TYPE_CHECKING`` block: it must equal the table the package
+    reads from it at run time."""
     lazy = [m for m in sources().values() if m.is_lazy]
     assert {m.name for m in lazy} >= {"lit_fl.steps", "lit_fl.models", "lit_fl.data", "lit_fl.federation"}
     for source in lazy:
@@ -265,7 +267,7 @@ def test_the_reader_counts_function_imports_and_marks_type_checking(tmp_path: Pa
     (package / "config.py").write_text("")
     (package / "steps" / "__init__.py").write_text(
         "from typing import TYPE_CHECKING\nfrom lit_fl.lazy import lazy_exports\nif TYPE_CHECKING:\n"
-        "    from lit_fl.steps.step import Step\n__getattr__, __dir__ = lazy_exports(__name__, globals(), {})\n")
+        "    from lit_fl.steps.step import Step\n__getattr__, __dir__, __all__ = lazy_exports(globals())\n")
     (package / "steps" / "step.py").write_text("from . import other\n")
     (package / "steps" / "other.py").write_text("")
     found = {(a.source, a.target, a.type_only) for a in arrows(sources(package))}
@@ -273,7 +275,7 @@ def test_the_reader_counts_function_imports_and_marks_type_checking(tmp_path: Pa
         ("lit_fl.suite", "lit_fl.algorithms", True),  # from lit_fl.algorithms import base: a module named base
         ("lit_fl.suite", "lit_fl.config", False),  # inside a function
         ("lit_fl.algorithms", "lit_fl.steps.step", False),  # through the lazy package's export
-        ("lit_fl.steps", "lit_fl.steps.step", True),  # the mirror, under TYPE_CHECKING
+        ("lit_fl.steps", "lit_fl.steps.step", True),  # the export table, under TYPE_CHECKING
         ("lit_fl.steps", "lit_fl.steps.step", False),  # ... which its __getattr__ imports
         ("lit_fl.steps.step", "lit_fl.steps.other", False),  # relative
     }

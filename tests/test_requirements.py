@@ -22,6 +22,7 @@ SERVER = ("topology: {} is server based (every client reaches the server), so to
           "the default, a mesh (remove topology.name)")
 ANOTHER_PROXY = {"proxy": {"dataset": "synthetic", "options": dict(TINY_OPTIONS)}}
 RING = {"topology": {"name": "ring"}}
+SMALL_POOL = {"models": {"pool": ["codist_small"]}}  # codistillation's clients: its small model
 
 
 def refusal(tmp_path: Path, algorithm: str, init_args: dict[str, Any] | None = None, **sections: Any) -> str | None:
@@ -82,6 +83,20 @@ def refusal(tmp_path: Path, algorithm: str, init_args: dict[str, Any] | None = N
      "aggregator and a sender: at least 2 clients"),
     ("DFML", {"fixed_aggregator": 4}, {}, "algorithm.fixed_aggregator: 4 is not a client id; allowed: 0..3"),
     ("DFML", {"fixed_aggregator": -1}, {}, "algorithm.fixed_aggregator must be >= 0, got -1"),
+    # client ids
+    ("FedORION", {"no_dml": [1, 6, -1]}, {}, "algorithm.no_dml: [-1, 6] are not client ids; allowed: 0..3"),
+    ("PeriodicCodist", {"large_clients": [0, 9]}, SMALL_POOL,
+     "algorithm.large_clients: [9] are not client ids; allowed: 0..3"),
+    ("PeriodicCodist", {"large_clients": []}, SMALL_POOL,
+     "algorithm.large_clients: the list of high-capacity client ids is empty; allowed: at least one of 0..3"),
+    ("MergedCodist", {"large_clients": [1, 1]}, SMALL_POOL,
+     "algorithm.large_clients: [1, 1] repeats a client; allowed: each client id once"),
+    ("MergedCodist", {"large_clients": 1.5}, SMALL_POOL, "algorithm.large_clients must be in (0, 1], got 1.5"),
+    # the pools' rules
+    ("PeriodicCodist", {}, {"models": {"pool": MIXED}}, "algorithm.small_arch is 'codist_small' but models.pool gives "
+     "['cnn_4_8', 'cnn_8']: every client trains the small model, set models.pool: [codist_small]"),
+    ("MergedCodist", {"pool_domains": {"medium": "answer"}}, SMALL_POOL,
+     "algorithm.pool_domains: 'medium' is not a pool; allowed: small, large"),
 ])
 def test_a_config_that_misses_what_the_method_needs_is_one_line(
     tmp_path: Path, algorithm: str, init_args: dict[str, Any], sections: dict[str, Any], line: str

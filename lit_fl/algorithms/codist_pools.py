@@ -1,42 +1,65 @@
 """Knowledge codistillation's two client pools (papers/codistillation.txt Algorithm 1; SPEC "Knowledge
 codistillation"): the whole pool ``P`` trains the small model, the high-capacity clients ``P_H`` the large one.
 
-Here: who is in ``P_H`` (:func:`resolve_large_clients`), the ``pool_domains`` key (:func:`check_pool_domains`), the
-large server model (:func:`large_server_model`) and a client as a member of one pool (:func:`pool_member`), the
+Here: who is in ``P_H`` (:func:`resolve_large_clients`), the rules of the pools' keys, checked once before the run
+(:class:`PoolRules`, with ``large_clients``' ids a :class:`~lit_fl.algorithms.requirements.ClientIds`), the large
+server model (:func:`large_server_model`) and a client as a member of one pool (:func:`pool_member`), the
 participant of :class:`~lit_fl.algorithms.server.ServerAlgorithm`'s round that a pool samples.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from lit_fl.algorithms.global_model import memory_format
-from lit_fl.errors import ConfigError
-from lit_fl.models import create_model
+from lit_fl.algorithms.requirements import ClientIds, Requirement
+from lit_fl.models import assign_evenly, create_model, resolve_pool
 
 if TYPE_CHECKING:
     from torch import Tensor, nn
 
+    from lit_fl.data.dataset import ImageDataset
     from lit_fl.federation.state import Client, Federation
 
 SMALL, LARGE = "small", "large"
 POOLS = (SMALL, LARGE)
 
 
-def check_pool_domains(pool_domains: Mapping[str, str] | None) -> dict[str, str]:
-    """``pool_domains`` as a dict (empty for None); one line for a key that is not a pool."""
-    out = dict(pool_domains or {})
-    for pool, domain in out.items():
-        if pool not in POOLS:
-            raise ConfigError(f"algorithm.pool_domains: {pool!r} is not a pool; allowed: {', '.join(POOLS)}")
-        if not isinstance(domain, str):
-            raise ConfigError(f"algorithm.pool_domains.{pool}: {domain!r} is not a domain name; allowed: a domain of "
-                              "the data (stackoverflow: question, answer)")
-    return out
+@dataclass(frozen=True)
+class PoolRules(Requirement):
+    """The pools' keys against the rest of the config: every client trains the small model (``models.pool`` gives
+    ``small_arch`` alone), ``pool_domains`` names pools; and against the loaded data: it has the domains
+    ``pool_domains`` restricts to, and images for the flips and mixup of ``distill_augment``."""
+
+    def config_problem(self, algorithm: Any, experiment: Any) -> str | None:
+        archs = assign_evenly(resolve_pool(experiment.models.pool), experiment.data.num_clients)
+        other = sorted(set(archs) - {algorithm.small_arch})
+        if other:
+            return (f"algorithm.small_arch is {algorithm.small_arch!r} but models.pool gives {other}: every client "
+                    f"trains the small model, set models.pool: [{algorithm.small_arch}]")
+        pool = next((p for p in algorithm.pool_domains if p not in POOLS), None)
+        if pool is not None:
+            return f"algorithm.pool_domains: {pool!r} is not a pool; allowed: {', '.join(POOLS)}"
+        return None
+
+    def dataset_problem(self, algorithm: Any, dataset: ImageDataset) -> str | None:
+        if algorithm.distill_augment and dataset.is_sequence:
+            return (f"algorithm.distill_augment: flips and mixup are for images and {dataset.name} holds token "
+                    "sequences; allowed: false")
+        if algorithm.pool_domains and dataset.domains is None:
+            return (f"algorithm.pool_domains: {dataset.name}'s samples have no domains; give the dataset its domains "
+                    "(stackoverflow: data.options.domains: type) or set pool_domains: null")
+        return None
+
+
+#: what a codistillation config must meet (besides a server and held-out data)
+POOL_RULES = (PoolRules("trains two pools"),
+              ClientIds("high-capacity client ids", key="large_clients", at_least_one=True))
 
 
 def resolve_large_clients(spec: float | Sequence[int], num_clients: int, seed: int) -> list[int]:
@@ -45,13 +68,7 @@ def resolve_large_clients(spec: float | Sequence[int], num_clients: int, seed: i
         count = max(1, min(num_clients, int(math.floor(spec * num_clients + 0.5))))
         rng = np.random.default_rng([seed, 7])
         return sorted(int(n) for n in rng.choice(num_clients, size=count, replace=False))
-    ids = [int(n) for n in spec]
-    bad = [n for n in ids if not 0 <= n < num_clients]
-    if bad:
-        raise ConfigError(f"algorithm.large_clients: {bad} are not client ids (allowed: 0..{num_clients - 1})")
-    if len(set(ids)) != len(ids):
-        raise ConfigError(f"algorithm.large_clients: repeated client ids in {ids}")
-    return sorted(ids)
+    return sorted(int(n) for n in spec)  # client ids, each once (POOL_RULES)
 
 
 def large_server_model(arch: str, federation: Federation) -> nn.Module:

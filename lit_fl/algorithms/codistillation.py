@@ -53,18 +53,18 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from lit_fl.algorithms.codist_pools import (
     LARGE,
+    POOL_RULES,
     POOLS,
     SMALL,
-    check_pool_domains,
     large_server_model,
     resolve_large_clients,
 )
 from lit_fl.algorithms.codist_round import CodistRound
 from lit_fl.algorithms.requirements import HELD_OUT_DATA, SERVER_BASED
+from lit_fl.algorithms.server import check_checkpoint
 from lit_fl.algorithms.server_optimizers import FedAdam
 from lit_fl.algorithms.settings import ClientSGD
-from lit_fl.constraints import Bounds, PositiveFloat, PositiveInt, UnitInterval
-from lit_fl.errors import ConfigError
+from lit_fl.constraints import Bounds, Fraction, PositiveFloat, PositiveInt, UnitInterval
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -116,24 +116,17 @@ class Codistillation(CodistRound):
     #: exists to use (sec. 1), is reported_acc (server_acc/small beside it)
     reports = "server_acc/large"
     #: every sampled client talks to the server, which distils on held-out data of the clients' own train split
-    requires = (SERVER_BASED, HELD_OUT_DATA)
+    requires = (SERVER_BASED, HELD_OUT_DATA, *POOL_RULES)
     sequence_tasks = True  # the paper's StackOverflow half: LSTM language models (App. E)
     client_defaults = ClientSGD(local_epochs=1, lr=0.01, momentum=0.0, weight_decay=0.0, batch_size=20)  # paper C.3
 
     def check_dataset(self, dataset: ImageDataset) -> None:
-        """Both architectures must read the dataset's samples; the flips and mixup of ``distill_augment`` are for
-        images."""
+        """Both architectures must read the dataset's samples, which have the domains of ``pool_domains``."""
         from lit_fl.models.registry import check_model_for_data
 
         super().check_dataset(dataset)
         check_model_for_data(self.small_arch, "algorithm.small_arch", dataset.is_sequence, dataset.name)
         check_model_for_data(self.large_arch, "algorithm.large_arch", dataset.is_sequence, dataset.name)
-        if self.distill_augment and dataset.is_sequence:
-            raise ConfigError(f"algorithm.distill_augment: flips and mixup are for images and {dataset.name} holds "
-                              "token sequences; allowed: false")
-        if self.pool_domains and dataset.domains is None:
-            raise ConfigError(f"algorithm.pool_domains: {dataset.name}'s samples have no domains; give the dataset "
-                              "its domains (stackoverflow: data.options.domains: type) or set pool_domains: null")
         for pool, domain in self.pool_domains.items():
             dataset.domains.index(domain, f"algorithm.pool_domains.{pool}")
 
@@ -141,7 +134,7 @@ class Codistillation(CodistRound):
         self,
         small_arch: str = "codist_small",
         large_arch: str = "codist_large",
-        large_clients: float | list[int] = 0.15,
+        large_clients: Fraction | list[int] = 0.15,
         clients_per_round: PositiveInt = 20,
         server_lr: PositiveFloat = 0.001,
         large_server_lr: PositiveFloat | None = None,
@@ -160,14 +153,6 @@ class Codistillation(CodistRound):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if isinstance(large_clients, (int, float)) and not isinstance(large_clients, bool):
-            if not 0.0 < large_clients <= 1.0:
-                raise ConfigError(
-                    f"algorithm.large_clients: a fraction must be in (0, 1], got {large_clients}; "
-                    "or give a list of client ids"
-                )
-        elif not large_clients:
-            raise ConfigError("algorithm.large_clients: the list of high-capacity client ids is empty")
         self.small_arch, self.large_arch = small_arch, large_arch
         self.large_clients = large_clients
         self.clients_per_round = clients_per_round
@@ -177,9 +162,10 @@ class Codistillation(CodistRound):
         self.temperature, self.student_reg = float(temperature), float(student_reg)
         self.distill_augment = distill_augment
         self.decay_rounds = decay_rounds
-        self.pool_domains = check_pool_domains(pool_domains)
+        self.pool_domains = dict(pool_domains or {})
         self.optimizers = {
-            pool: FedAdam(self.server_lrs[pool], server_betas, server_eps, server_bias_correction) for pool in POOLS
+            pool: FedAdam(self.server_lrs[pool], server_betas, server_eps, server_bias_correction,
+                          key="algorithm.server_") for pool in POOLS
         }
         self.pool_ids: dict[str, list[int]] = {}
         #: pool -> client id -> the client's train indices in the pool's domain (pools of ``pool_domains`` only)
@@ -191,13 +177,7 @@ class Codistillation(CodistRound):
 
     def setup(self, federation: Federation) -> None:
         """Pick ``P_H``, create both server models, the clients' large models (a resumed run loads their weights
-        afterwards) and each pool's members."""
-        other = sorted({c.arch for c in federation.clients} - {self.small_arch})
-        if other:
-            raise ConfigError(
-                f"algorithm.small_arch is {self.small_arch!r} but models.pool gives {other}: every client trains "
-                f"the small model, set models.pool: [{self.small_arch}]"
-            )
+        afterwards) and each pool's members (every client has ``small_arch``: :data:`POOL_RULES`)."""
         large_ids = resolve_large_clients(self.large_clients, federation.num_clients, federation.seed)
         self.pool_ids = {SMALL: [c.id for c in federation.clients], LARGE: large_ids}
         self.restrict_pools(federation)
@@ -221,10 +201,7 @@ class Codistillation(CodistRound):
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if list(state["large_clients"]) != list(self.pool_ids.get(LARGE, [])):
-            raise ConfigError(
-                f"checkpoint: high-capacity clients {state['large_clients']} differ from "
-                f"{self.pool_ids.get(LARGE)} of the config"
-            )
+        check_checkpoint("the high-capacity clients are", list(state["large_clients"]),
+                         list(self.pool_ids.get(LARGE, [])))
         for pool, opt in self.optimizers.items():
             opt.load_state_dict(state["fedadam"][pool])

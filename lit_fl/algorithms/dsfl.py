@@ -30,14 +30,13 @@ we use a batch size of 128"), 5 server epochs per round ("10 local epochs for cl
 server"); ERA temperature 0.1 (DS-FL); 2 client distillation epochs (AIJack's DS-FL ``epoch_local_distillation``;
 not given by FedORION).
 
-The round is :class:`~lit_fl.algorithms.server.ServerAlgorithm`'s: step 2 is the client phase
-(:meth:`DSFL.broadcast`), step 3 :meth:`DSFL.collect_all` (a predict phase after it), steps 4-5
+The round is :class:`~lit_fl.algorithms.server.ServerAlgorithm`'s: step 2 is the client phase (``sends_model =
+False``: the client trains its own model), step 3 :meth:`DSFL.collect_all` (a predict phase after it), steps 4-5
 :meth:`DSFL.server_update`, step 6 :meth:`DSFL.send_back`.
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -50,7 +49,7 @@ from lit_fl.constraints import Fraction, Momentum, NonNegativeFloat, NonNegative
 from lit_fl.steps.optim import SGDConfig
 
 if TYPE_CHECKING:
-    from torch import Tensor, nn
+    from torch import Tensor
 
     from lit_fl.algorithms.updates import ClientUpdate
     from lit_fl.federation.ledger import CommunicationLedger
@@ -95,12 +94,8 @@ class DSFL(PublicDistillation):
         server_momentum: the global model's SGD momentum (FedORION sec. 4.1: 0.9).
         server_weight_decay: the global model's SGD weight decay (none named: 0).
         server_batch_size: the global model's batch size (FedORION sec. 4.1: 128).
-        local_epochs: the clients' epochs on their private data per round (FedORION sec. 4.2.1: 10).
-        loss: the clients' supervised loss (``ce``).
-        lr: the clients' SGD learning rate, update and distillation (FedORION sec. 4.1: 0.01).
-        momentum: the clients' SGD momentum (FedORION sec. 4.1: 0.9).
-        weight_decay: the clients' SGD weight decay (FedORION names none: 0).
-        batch_size: the clients' batch size, update and distillation (FedORION sec. 4.1: 32).
+        **kwargs: the clients' SGD (:mod:`lit_fl.algorithms.settings`), FedORION's shared setting by default;
+            ``local_epochs`` on the private data, ``lr`` and ``batch_size`` for the update and the distillation.
     """
 
     #: FedORION sec. 4.1: "test set accuracy of the global server model"
@@ -108,6 +103,7 @@ class DSFL(PublicDistillation):
 
     sequence_tasks = True  # per-token soft labels (ERA per position); the KL over positions whose input is not PAD
     client_defaults = FEDORION_CLIENTS  # FedORION's shared setting (sec. 4.1, 4.2.1)
+    sends_model = False  # nothing goes down before the update: step 2, the client trains on its private data
     #: the round's open subset (set by :meth:`uploads`), its global soft labels and the global model's distillation
     #: loss (:meth:`server_update`)
     x: Tensor | None = None
@@ -143,29 +139,14 @@ class DSFL(PublicDistillation):
     # -- setup -------------------------------------------------------------------------------------------
 
     def setup(self, federation: Federation) -> None:
-        """Check the public data and create the global model (once)."""
-        from lit_fl.algorithms.global_model import smallest_architecture
+        """Check the public data and create the global model (once): a copy of the initialisation of the first
+        client of ``global_arch``, else a fresh model of its own seed."""
+        from lit_fl.algorithms.global_model import initial_global_model, smallest_architecture
 
         super().setup(federation)
         self.global_arch = self.global_arch or smallest_architecture(federation)
         if GLOBAL not in federation.server:
-            federation.server[GLOBAL] = self._initial_global_model(federation, self.global_arch)
-
-    def _initial_global_model(self, federation: Federation, arch: str) -> nn.Module:
-        """A copy of the initialisation of the first client of ``arch``, else a fresh model of its own seed."""
-        import torch
-
-        from lit_fl.algorithms.global_model import memory_format as _memory_format
-        from lit_fl.models import create_model
-
-        same = [c for c in federation.clients if c.arch == arch]
-        if same:
-            return copy.deepcopy(same[0].model)
-        first = federation.clients[0].model
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(federation.seed * 1_000 + 996)
-            model = create_model(arch, federation.data.input_shape, federation.num_classes)
-        return model.to(next(first.parameters()).device, memory_format=_memory_format(first))
+            federation.server[GLOBAL] = initial_global_model(federation, self.global_arch, 996)
 
     # -- round -------------------------------------------------------------------------------------------
 
@@ -186,11 +167,6 @@ class DSFL(PublicDistillation):
                                         optimizer=self.optimizer)
         return ClientWork(cid, step, self.target_batches(federation, x, target, self.batch_size,
                                                          self.distill_epochs))
-
-    def broadcast(self, client: Client, starts: dict[str, dict[str, Any]], federation: Federation,
-                  ledger: CommunicationLedger) -> ClientWork | None:
-        """Nothing goes down before the update: step 2, the client trains on its private data (:meth:`local_work`)."""
-        return self.local_work(client, federation)
 
     def collect_all(self, clients: Sequence[Client], works: Sequence[Any], results: Sequence[WorkResult],
                     federation: Federation, runner: StepRunner,

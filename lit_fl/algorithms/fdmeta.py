@@ -24,8 +24,8 @@ architecture, FedORION's WRN40 role, sec. 4.1) that learns by distillation alone
    Payload)``); each distills the same loss into its own model for ``distill_epochs`` epochs of batches of
    ``batch_size`` at the clients' SGD settings.
 
-The round is :class:`~lit_fl.algorithms.server.ServerAlgorithm`'s (nothing goes down at its start): step 3 the
-client phase, 2 and 4 :meth:`FDmeta.collect_all` (a predict phase, fused per architecture), 5-6
+The round is :class:`~lit_fl.algorithms.server.ServerAlgorithm`'s (nothing goes down at its start, ``sends_model =
+False``): step 3 the client phase, 2 and 4 :meth:`FDmeta.collect_all` (a predict phase, fused per architecture), 5-6
 :meth:`FDmeta.server_update` (6 a server step), 7 :meth:`FDmeta.send_back` (the digest, ``ClientWork`` that fuses
 under ``trainer.fuse on`` for models without BatchNorm). All access to the public data is
 :meth:`FDmeta.public_inputs` (``data.proxy``: by default the held-out slice, ``data.server_fraction > 0``).
@@ -38,7 +38,6 @@ public set every round.
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
@@ -46,7 +45,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from lit_fl import steps
 from lit_fl.algorithms.base import nanmean, phase_losses
 from lit_fl.algorithms.fdmeta_logits import aggregate_logits, public_sample
-from lit_fl.algorithms.global_model import fresh_model, smallest_architecture
+from lit_fl.algorithms.global_model import GlobalModelMethod, initial_global_model
 from lit_fl.algorithms.ktpfl import tensor_batches
 from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.algorithms.requirements import PROXY_DATA
@@ -54,12 +53,11 @@ from lit_fl.algorithms.server import GLOBAL, ServerAlgorithm
 from lit_fl.algorithms.settings import FEDORION_CLIENTS
 from lit_fl.algorithms.updates import ClientUpdate
 from lit_fl.constraints import Fraction, Momentum, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
-from lit_fl.errors import ConfigError
 from lit_fl.federation.endpoints import SERVER
 from lit_fl.steps.optim import SGDConfig
 
 if TYPE_CHECKING:
-    from torch import Tensor, nn
+    from torch import Tensor
 
     from lit_fl.algorithms.base import RoundResult
     from lit_fl.data.batches import ClientBatches
@@ -73,7 +71,7 @@ LogitWeights = Literal["uniform", "samples"]
 
 
 @register_algorithm
-class FDmeta(ServerAlgorithm):
+class FDmeta(GlobalModelMethod, ServerAlgorithm):
     """The FD meta-algorithm (Liu et al. 2022) with a global server model distilled from the clients' aggregated
     logits on public data (FedORION's use of it); see the module docstring.
 
@@ -90,12 +88,8 @@ class FDmeta(ServerAlgorithm):
         server_lr: the server's SGD learning rate (FedORION sec. 4.1: 0.001).
         server_momentum: the server's SGD momentum (FedORION sec. 4.1: 0.9).
         server_weight_decay: the server's SGD weight decay (FedORION names none: 0).
-        local_epochs: epochs of local training on private data per round (FedORION sec. 4.2: 10).
-        loss: the clients' supervised loss (``ce``).
-        lr: the clients' learning rate, local training and digest (FedORION sec. 4.1: 0.01).
-        momentum: the clients' SGD momentum (FedORION sec. 4.1: 0.9).
-        weight_decay: the clients' SGD weight decay (FedORION names none: 0).
-        batch_size: the clients' batch size, local training and digest (FedORION sec. 4.1: 32).
+        **kwargs: the clients' SGD (:mod:`lit_fl.algorithms.settings`), FedORION's shared setting by default; their
+            ``lr`` and ``batch_size`` serve local training and the digest alike.
     """
 
     #: FedORION sec. 4.1: "test set accuracy of the global server model"
@@ -105,6 +99,7 @@ class FDmeta(ServerAlgorithm):
     paper_same_init = False  # heterogeneous clients initialise their own models (FedORION sec. 4.1: "randomly")
     sequence_tasks = True  # per-token aggregated logits; the CE over positions whose input is not PAD
     client_defaults = FEDORION_CLIENTS  # FedORION's shared setting (sec. 4.1, 4.2.1)
+    sends_model = False  # step 3: nothing goes down; the client trains its own model
     #: the round's ``|S_t|`` and ``P_t`` (:meth:`collect_all`) and ``z`` (:meth:`server_update`; None: no logits
     #: arrived), read by the later hooks of the same round
     sampled: int
@@ -140,11 +135,9 @@ class FDmeta(ServerAlgorithm):
     # -- setup -------------------------------------------------------------------------------------------
 
     def setup(self, federation: Federation) -> None:
-        """Resolve the global architecture and create the server model (once)."""
-        arch = self.global_arch or smallest_architecture(federation)
-        self.global_arch = arch
-        if GLOBAL not in federation.server:
-            federation.server[GLOBAL] = initial_server_model(federation, arch)
+        """Resolve the global architecture and create the server model (once): the first client's model of that
+        architecture, else a fresh one (it never trains on labels: its start only needs to be reproducible)."""
+        self.setup_global_model(federation, lambda fed, arch: initial_global_model(fed, arch, 996))
         super().setup(federation)
 
     # -- the public data ---------------------------------------------------------------------------------
@@ -163,11 +156,6 @@ class FDmeta(ServerAlgorithm):
         result = super().run_round(round_, federation, runner, ledger)
         result.num_participants = self.sampled
         return result
-
-    def broadcast(self, client: Client, starts: dict[str, dict[str, Any]], federation: Federation,
-                  ledger: CommunicationLedger) -> ClientWork | None:
-        """Step 3: nothing goes down; the client trains its own model (:meth:`local_work`)."""
-        return self.local_work(client, federation)
 
     def collect_all(self, clients: Sequence[Client], works: Sequence[ClientWork | None], results: Sequence[WorkResult],
                     federation: Federation, runner: StepRunner,
@@ -229,23 +217,3 @@ class FDmeta(ServerAlgorithm):
         """Shuffled ``(x, target logits)`` batches over the public subset (no augmentation: the targets are the
         logits of these very inputs), ordered by ``federation.rng.data_order``."""
         return tensor_batches(x, targets, batch_size, federation.rng.data_order, epochs)
-
-    # -- checkpoint --------------------------------------------------------------------------------------
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"global_arch": self.global_arch}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state["global_arch"] != self.global_arch:
-            raise ConfigError(
-                f"checkpoint: the global model is {state['global_arch']}, this config builds {self.global_arch}"
-            )
-
-
-def initial_server_model(federation: Federation, arch: str) -> nn.Module:
-    """A copy of the first client's model of ``arch`` when a client has it, else a fresh ``arch`` from a seed of its
-    own (the server model never trains on labels: its start only needs to be reproducible)."""
-    same = [c for c in federation.clients if c.arch == arch]
-    if same:
-        return copy.deepcopy(same[0].model)
-    return fresh_model(federation, arch, federation.seed * 1_000 + 996)

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from lit_fl import steps
 from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.algorithms.requirements import PROXY_DATA
-from lit_fl.algorithms.server import ServerAlgorithm
+from lit_fl.algorithms.server import ServerAlgorithm, check_checkpoint
 from lit_fl.algorithms.settings import FEDORION_CLIENTS
 from lit_fl.algorithms.updates import average_updates
 from lit_fl.constraints import Fraction, NonNegativeInt, PositiveFloat, PositiveInt
@@ -167,7 +167,4 @@ class FedDF(ServerAlgorithm):
         return {"archs": list(self.archs)}  # the server models are the federation's; Adam is fresh every round
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if list(state["archs"]) != self.archs:
-            raise ConfigError(
-                f"checkpoint: FedDF's server models are {state['archs']}, this config builds {self.archs}"
-            )
+        check_checkpoint("FedDF's server models are", list(state["archs"]), self.archs)

@@ -42,7 +42,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from lit_fl import steps
-from lit_fl.algorithms.global_model import fresh_model, smallest_architecture
+from lit_fl.algorithms.global_model import GlobalModelMethod, fresh_model
 from lit_fl.algorithms.ktpfl import tensor_batches
 from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.algorithms.requirements import PROXY_DATA
@@ -50,7 +50,6 @@ from lit_fl.algorithms.server import GLOBAL, ServerAlgorithm, model_state
 from lit_fl.algorithms.settings import FEDORION_CLIENTS
 from lit_fl.algorithms.updates import ClientUpdate
 from lit_fl.constraints import BatchStatisticsSize, Fraction, NonNegativeFloat, NonNegativeInt, PositiveFloat
-from lit_fl.errors import ConfigError
 from lit_fl.federation.endpoints import SERVER
 from lit_fl.steps.optim import SGDConfig
 
@@ -78,7 +77,7 @@ def fuse_knowledge(states: Sequence[dict[str, Tensor]], weights: Sequence[float]
 
 
 @register_algorithm
-class FedKEMF(ServerAlgorithm):
+class FedKEMF(GlobalModelMethod, ServerAlgorithm):
     """FedKEMF (Yu et al. 2022) with FedORION's shared setting; clients initialise their local models
     independently (``paper_same_init = False``, FedORION sec. 4.1).
 
@@ -93,12 +92,8 @@ class FedKEMF(ServerAlgorithm):
         server_lr: the server's SGD learning rate (FedORION sec. 4.1: 0.001).
         server_momentum: the server's SGD momentum (FedORION sec. 4.1: 0.9).
         temperature: ``T`` of the ensemble distillation (lit-fl: 1).
-        local_epochs: epochs of mutual learning per round (FedORION sec. 4.2.1: 10).
-        loss: the clients' supervised loss (``ce``).
-        lr: the clients' learning rate, both models (FedORION sec. 4.1: 0.01).
-        momentum: the clients' SGD momentum (FedORION sec. 4.1: 0.9).
-        weight_decay: the clients' SGD weight decay (FedORION names none: 0).
-        batch_size: the clients' batch size (FedORION sec. 4.1: 32).
+        **kwargs: the clients' SGD (:mod:`lit_fl.algorithms.settings`), FedORION's shared setting by default;
+            ``local_epochs`` of mutual learning, ``lr`` for both models.
     """
 
     #: FedORION sec. 4.1: "test set accuracy of the global server model" (its knowledge network)
@@ -108,6 +103,7 @@ class FedKEMF(ServerAlgorithm):
     requires = (*ServerAlgorithm.requires, PROXY_DATA)  # public data on the server
     sequence_tasks = True  # per-token DML on the private data, per-token fusion CE on the public sequences
     client_defaults = FEDORION_CLIENTS  # FedORION's shared setting (sec. 4.1, 4.2.1)
+    global_model_name = "the knowledge network"
 
     def __init__(
         self,
@@ -135,12 +131,8 @@ class FedKEMF(ServerAlgorithm):
     # -- setup -------------------------------------------------------------------------------------------
 
     def setup(self, federation: Federation) -> None:
-        """Resolve the knowledge network's architecture and create it (once)."""
-
-        arch = self.global_arch or smallest_architecture(federation)
-        self.global_arch = arch
-        if GLOBAL not in federation.server:
-            federation.server[GLOBAL] = fresh_model(federation, arch, federation.seed * 1_000 + 996)
+        """Resolve the knowledge network's architecture and create it (once), from a seed of its own."""
+        self.setup_global_model(federation, lambda fed, arch: fresh_model(fed, arch, fed.seed * 1_000 + 996))
         super().setup(federation)
 
     def public_inputs(self, federation: Federation) -> Tensor:
@@ -195,13 +187,3 @@ class FedKEMF(ServerAlgorithm):
         dummy = torch.zeros(len(x), dtype=torch.long, device=x.device)
         batches = tensor_batches(x, dummy, self.server_batch_size, federation.rng.data_order, self.server_epochs)
         return runner.run_server_step(step, batches)
-
-    # -- checkpoint --------------------------------------------------------------------------------------
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"global_arch": self.global_arch}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state["global_arch"] != self.global_arch:
-            raise ConfigError(f"checkpoint: the knowledge network is {state['global_arch']}, this config builds "
-                              f"{self.global_arch}")

@@ -78,12 +78,8 @@ class FedMD(PublicDistillation):
         digest_loss: ``l1`` (FedMD: mean absolute error on the logits) or ``mse``.
         warmup_epochs: epochs of private training of every client before round 1 (the private half of FedMD's
             transfer-learning phase; 0: none, FedORION does not mention one).
-        local_epochs: epochs of the revisit on the private data (FedORION sec. 4.2.1: 10).
-        loss: the clients' supervised loss (``ce``).
-        lr: the clients' SGD learning rate, digest and revisit (FedORION sec. 4.1: 0.01).
-        momentum: the clients' SGD momentum (FedORION sec. 4.1: 0.9).
-        weight_decay: the clients' SGD weight decay (FedORION names none: 0).
-        batch_size: the clients' batch size, digest and revisit (FedORION sec. 4.1: 32).
+        **kwargs: the clients' SGD (:mod:`lit_fl.algorithms.settings`), FedORION's shared setting by default;
+            ``local_epochs`` of the revisit, ``lr`` and ``batch_size`` for the digest and the revisit.
     """
 
     #: FedORION sec. 4.1: FedMD "reports the average of individual accuracy of all the client models"

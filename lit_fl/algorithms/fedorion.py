@@ -25,8 +25,9 @@ role of the paper). Each round:
 The clients' (local) models are reported as ``global_acc`` / ``local_acc``; the global model as
 ``server_acc/global``. Steps 1 and 3 are :class:`~lit_fl.algorithms.server.ServerAlgorithm`'s round (every transfer
 through the ledger to or from ``SERVER``); this class writes the client work of step 2 (:meth:`FedORION.broadcast`),
-what step 3 carries (:meth:`FedORION.collect`) and steps 4-5 (:meth:`FedORION.server_update`). A sampled client
-without training data does no work and sends nothing.
+what step 3 carries (:meth:`FedORION.collect`) and steps 4-5 (:meth:`FedORION.server_update`); the steps' own work,
+DML, the no-DML client's training and the noise distillation, is :mod:`lit_fl.algorithms.fedorion_steps`'. A
+sampled client without training data does no work and sends nothing.
 
 Paper defaults taken here: CE loss, client lr 0.01 (eta_i) / global-copy and server lr 0.001 (eta_g, sec. 4.1), SGD
 momentum 0.9 without weight decay (the paper names none), client batch 32, 10 local epochs, T_s = 5, 30% of the
@@ -40,9 +41,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from lit_fl import steps
-from lit_fl.algorithms.global_model import fresh_model, memory_format, smallest_architecture
+from lit_fl.algorithms.fedorion_steps import FedORIONSteps
+from lit_fl.algorithms.global_model import GlobalModelMethod, initial_global_model
 from lit_fl.algorithms.registry import register_algorithm
-from lit_fl.algorithms.requirements import NO_FAULTS
+from lit_fl.algorithms.requirements import NO_FAULTS, ClientIds
 from lit_fl.algorithms.server import GLOBAL, ServerAlgorithm, model_state
 from lit_fl.algorithms.settings import FEDORION_CLIENTS
 from lit_fl.algorithms.updates import ClientUpdate, average_updates
@@ -60,12 +62,11 @@ from lit_fl.federation.endpoints import SERVER
 from lit_fl.steps.optim import SGDConfig
 
 if TYPE_CHECKING:
-    from torch import nn
-
     from lit_fl.federation.ledger import CommunicationLedger
     from lit_fl.federation.state import Client, Federation
     from lit_fl.steps.phase import ClientWork
     from lit_fl.steps.runner import StepRunner
+
 #: ``no_dml: global_arch`` = every client whose architecture is the global one skips DML (the paper's rule).
 GLOBAL_ARCH = "global_arch"
 #: the rate a no-DML client trains its one model (the received global model) at: the paper leaves it open (sec. 4.1
@@ -74,7 +75,7 @@ NoDMLRate = Literal["lr", "global_lr"]
 
 
 @register_algorithm
-class FedORION(ServerAlgorithm):
+class FedORION(GlobalModelMethod, FedORIONSteps, ServerAlgorithm):
     """Clients initialise their models independently (``paper_same_init = False``): "We randomly initialize the
     clients' models" (FedORION sec. 4.1).
 
@@ -119,7 +120,8 @@ class FedORION(ServerAlgorithm):
 
     paper_same_init = False
     client_defaults = FEDORION_CLIENTS  # sec. 4.1, 4.2.1
-    requires = (*ServerAlgorithm.requires, NO_FAULTS)
+    requires = (*ServerAlgorithm.requires, NO_FAULTS,
+                ClientIds("no-DML clients", key="no_dml", attribute="no_dml_option"))
 
     def __init__(
         self,
@@ -144,10 +146,6 @@ class FedORION(ServerAlgorithm):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if isinstance(no_dml, str) and no_dml != GLOBAL_ARCH:
-            raise ConfigError(f"algorithm.no_dml must be a list of client ids or {GLOBAL_ARCH!r}; got {no_dml!r}")
-        if isinstance(no_dml, (list, tuple)) and any(int(n) < 0 for n in no_dml):
-            raise ConfigError(f"algorithm.no_dml: client ids must be >= 0, got {list(no_dml)}")
         self.global_arch = global_arch
         self.client_fraction = client_fraction
         self.no_dml_option = no_dml if isinstance(no_dml, str) else sorted({int(n) for n in no_dml or []})
@@ -170,34 +168,18 @@ class FedORION(ServerAlgorithm):
     # -- setup -------------------------------------------------------------------------------------------
 
     def setup(self, federation: Federation) -> None:
-        """Resolve the global architecture, check ``no_dml`` and create the global model (once)."""
-        arch = self.global_arch or smallest_architecture(federation)
-        self.global_arch = arch
+        """Create the global model (once): the clients' initialisation of its architecture when a client has it (so
+        no-DML clients start where the global model starts), else a fresh model from a seed of its own; then the
+        no-DML clients, each of the global architecture."""
+        arch = self.setup_global_model(federation, lambda fed, arch: initial_global_model(fed, arch, 997))
         if self.no_dml_option == GLOBAL_ARCH:
             self.no_dml = {c.id for c in federation.clients if c.arch == arch}
         else:
             self.no_dml = set(self.no_dml_option)
-        for n in sorted(self.no_dml):
-            if n >= federation.num_clients:
-                allowed = f"0..{federation.num_clients - 1}"
-                raise ConfigError(f"algorithm.no_dml: {n} is not a client id (allowed: {allowed})")
-            client = federation.clients[n]
-            if client.arch != arch:
-                raise ConfigError(
-                    f"algorithm.no_dml: client {n} has arch {client.arch}, "
-                    f"selective DML needs the global architecture {arch}"
-                )
-        if GLOBAL not in federation.server:
-            federation.server[GLOBAL] = self._initial_global_model(federation, arch)
-
-    def _initial_global_model(self, federation: Federation, arch: str) -> nn.Module:
-        """The clients' initialisation of ``arch`` when a client has it (the builder initialises every
-        architecture once for all its clients, so no-DML clients start where the global model starts), else a
-        fresh model from a seed of its own."""
-        same = [c for c in federation.clients if c.arch == arch]
-        if same:
-            return copy.deepcopy(same[0].model)
-        return fresh_model(federation, arch, federation.seed * 1_000 + 997)
+        other = [n for n in sorted(self.no_dml) if federation.clients[n].arch != arch]
+        if other:
+            raise ConfigError(f"algorithm.no_dml: client {other[0]} has arch {federation.clients[other[0]].arch}, "
+                              f"selective DML needs the global architecture {arch}")
 
     # -- round -------------------------------------------------------------------------------------------
 
@@ -232,59 +214,3 @@ class FedORION(ServerAlgorithm):
         if updates and self.server_epochs > 0:
             kd_loss = self.distill(server, [federation.clients[u.client] for u in updates], federation, runner)
         return {"kd_loss": kd_loss, "dml_clients": float(sum(bool(u.extra["dml"]) for u in updates))}
-
-    def no_dml_work(self, client: Client, federation: Federation) -> ClientWork | None:
-        """Selective DML (sec. 3.2.1): a client without DML trains the received global model alone on its data, at
-        ``lr`` or ``global_lr`` (``no_dml_lr``)."""
-        optimizer = self.optimizer if self.no_dml_lr == "lr" else self.global_optimizer
-        step = steps.LocalTraining(client.model, client.class_proportions, self.loss, optimizer, self.prox_mu)
-        return self.work(client, step, federation, self.local_epochs)
-
-    def dml_work(self, client: Client, global_copy: nn.Module, federation: Federation) -> ClientWork | None:
-        """Eq. 1-2: DML between the local model and the copy of the global model on the client's data."""
-        step = steps.DeepMutualLearning(
-            client.model,
-            global_copy,
-            client.class_proportions,
-            loss=self.loss,
-            kl_weight=self.kl_weight,
-            # L_CMi = CE + KL for the local model; L_GMi the same, or its KL alone (Table 3 "w/o DML")
-            loss_weights=[(1.0, self.kl_weight), (1.0 if self.global_label_loss else 0.0, self.kl_weight)],
-            optimizer=self.optimizer,
-            model_optimizers=[None, self.global_optimizer],  # theta_i at eta_i, theta_gi at eta_g
-        )
-        return self.work(client, step, federation, self.local_epochs)
-
-    def distill(self, server: nn.Module, teachers: list[Client], federation: Federation, runner: StepRunner) -> float:
-        """Eq. 3 for ``server_epochs * noise_steps`` noise batches; returns the mean ``L_KD``."""
-        import torch
-
-        step = steps.NoiseDistillation(
-            server,
-            [c.model for c in teachers],
-            [c.num_train for c in teachers],
-            bn_stats=self.bn_stats,
-            student_running_stats=self.student_running_stats,
-            optimizer=self.server_optimizer,
-        )
-        noise = steps.NoiseBatches(
-            federation.data.input_shape,
-            self.noise_batch_size,
-            self.server_epochs * self.noise_steps,
-            federation.rng.data_order,
-            runner.device,
-            channels_last=memory_format(server) == torch.channels_last,
-            kind=self.noise,
-        )
-        return runner.run_server_step(step, noise)
-
-    # -- checkpoint --------------------------------------------------------------------------------------
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"global_arch": self.global_arch}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state["global_arch"] != self.global_arch:
-            raise ConfigError(
-                f"checkpoint: the global model is {state['global_arch']}, this config builds {self.global_arch}"
-            )

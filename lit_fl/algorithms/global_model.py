@@ -1,10 +1,13 @@
 """The server's model of a server method whose clients have other architectures (FedORION's global model, FedKEMF's
-knowledge network, FDmeta's and codistillation's server models): which architecture, and a fresh one of it."""
+knowledge network, FDmeta's and codistillation's server models): which architecture, a fresh one of it, and the
+checkpoint of a method that holds one (:class:`GlobalModelMethod`)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
+from lit_fl.algorithms.server import GLOBAL, check_checkpoint
 from lit_fl.models import create_model, num_parameters
 
 if TYPE_CHECKING:
@@ -43,3 +46,38 @@ def fresh_model(federation: Federation, arch: str, seed: int) -> nn.Module:
         torch.manual_seed(seed)
         model = create_model(arch, federation.data.input_shape, federation.num_classes)
     return model.to(next(first.parameters()).device, memory_format=memory_format(first))
+
+
+def initial_global_model(federation: Federation, arch: str, seed_offset: int) -> nn.Module:
+    """A copy of the first client's model of ``arch`` when a client has it (the builder initialises every
+    architecture once for all its clients), else a fresh ``arch`` from the seed ``seed * 1000 + seed_offset``."""
+    import copy
+
+    same = [c for c in federation.clients if c.arch == arch]
+    if same:
+        return copy.deepcopy(same[0].model)
+    return fresh_model(federation, arch, federation.seed * 1_000 + seed_offset)
+
+
+class GlobalModelMethod:
+    """What a server method with one server model of its own architecture (``global_arch``; None: the federation's
+    smallest) shares: creating that model once (:meth:`setup_global_model`) and its checkpoint, the architecture,
+    which a resumed config must build again. Mixed in before :class:`~lit_fl.algorithms.server.ServerAlgorithm`."""
+
+    global_arch: str | None
+    #: how a refused checkpoint names the model
+    global_model_name = "the global model"
+
+    def setup_global_model(self, federation: Federation, initial: Callable[[Federation, str], nn.Module]) -> str:
+        """Resolve ``global_arch`` and put ``initial(federation, arch)`` on the server as :data:`GLOBAL` unless it
+        is there (a resumed run); the architecture."""
+        arch = self.global_arch = self.global_arch or smallest_architecture(federation)
+        if GLOBAL not in federation.server:
+            federation.server[GLOBAL] = initial(federation, arch)
+        return arch
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"global_arch": self.global_arch}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        check_checkpoint(f"{self.global_model_name} is", state["global_arch"], self.global_arch)

@@ -21,7 +21,7 @@ client; every row on the probability simplex, initially ``1/N``, checkpointed). 
    ``lambda T^2 KL(t_n || softmax(f_n(x) / T))`` (:class:`~lit_fl.steps.TargetDistillation`).
 
 Steps 1-6 are :class:`~lit_fl.algorithms.server.ServerAlgorithm`'s round without a server model: step 2 is the client
-phase (:meth:`KTpFL.broadcast`: nothing goes down), step 3 :meth:`KTpFL.collect_all` (one predict phase), steps 4-5
+phase (``sends_model = False``: nothing goes down), step 3 :meth:`KTpFL.collect_all` (one predict phase), steps 4-5
 :meth:`KTpFL.server_update` and step 6 :meth:`KTpFL.send_back` (``C``'s functions: :mod:`.knowledge_coefficients`).
 
 Evaluation: the clients' own models (``global_acc``: each client model on the common test set, averaged; FedORION
@@ -50,11 +50,10 @@ from lit_fl.algorithms.knowledge_coefficients import (  # noqa: F401  (public im
 )
 from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.algorithms.requirements import PROXY_DATA
-from lit_fl.algorithms.server import ServerAlgorithm
+from lit_fl.algorithms.server import ServerAlgorithm, check_checkpoint
 from lit_fl.algorithms.settings import FEDORION_CLIENTS
 from lit_fl.algorithms.updates import ClientUpdate
 from lit_fl.constraints import Fraction, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
-from lit_fl.errors import ConfigError
 from lit_fl.federation.endpoints import SERVER
 
 if TYPE_CHECKING:
@@ -95,12 +94,8 @@ class KTpFL(ServerAlgorithm):
         temperature: ``T`` of the soft predictions and of the distillation (reference code's ``Temp``: 10).
         distill_epochs: epochs of distillation on the public data per round (reference code: 1).
         public_size: public samples used (the first ones of the public data); None = all.
-        local_epochs: epochs of local CE per round (FedORION sec. 4.2.1: 10).
-        loss: the clients' supervised loss (``ce``).
-        lr: the clients' learning rate, local training and distillation (FedORION sec. 4.1: 0.01).
-        momentum: the clients' SGD momentum (FedORION sec. 4.1: 0.9).
-        weight_decay: the clients' SGD weight decay (FedORION names none: 0).
-        batch_size: the clients' batch size, private and public data (FedORION sec. 4.1: 32).
+        **kwargs: the clients' SGD (:mod:`lit_fl.algorithms.settings`), FedORION's shared setting by default;
+            ``local_epochs`` of local CE, ``lr`` and ``batch_size`` for private and public data.
     """
 
     #: FedORION sec. 4.1: KT-pFL "reports the average of individual accuracy of all the client models"
@@ -110,6 +105,7 @@ class KTpFL(ServerAlgorithm):
     requires = (*ServerAlgorithm.requires, PROXY_DATA)  # public data on the server
     sequence_tasks = True  # per-token soft predictions; coefficient KL and distillation over non-PAD positions
     client_defaults = FEDORION_CLIENTS  # FedORION's shared setting (sec. 4.1, 4.2.1)
+    sends_model = False  # step 2: nothing goes down; the client trains its own model
     #: the round's personalized targets ``t_n`` by client (:meth:`server_update`; sent by :meth:`send_back`)
     targets: dict[int, Tensor]
 
@@ -156,11 +152,6 @@ class KTpFL(ServerAlgorithm):
     def server_groups(self, federation: Federation) -> list[str]:
         """None: the server holds ``C`` alone, no model."""
         return []
-
-    def broadcast(self, client: Client, starts: dict[str, dict[str, Any]], federation: Federation,
-                  ledger: CommunicationLedger) -> ClientWork | None:
-        """Step 2: nothing goes down; the client trains its own model (:meth:`local_work`)."""
-        return self.local_work(client, federation)
 
     def collect_all(self, clients: Sequence[Client], works: Sequence[ClientWork | None], results: Sequence[WorkResult],
                     federation: Federation, runner: StepRunner,
@@ -239,7 +230,6 @@ class KTpFL(ServerAlgorithm):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         saved = state["coefficients"]
-        if self.coefficients is not None and tuple(saved.shape) != tuple(self.coefficients.shape):
-            raise ConfigError(f"checkpoint: KT-pFL's coefficient matrix is {tuple(saved.shape)}, this config has "
-                              f"{self.coefficients.shape[0]} clients")
+        if self.coefficients is not None:
+            check_checkpoint("KT-pFL's coefficient matrix is", tuple(saved.shape), tuple(self.coefficients.shape))
         self.coefficients = saved.clone().double().cpu()

@@ -10,8 +10,10 @@ built. Each refusal is one line naming the key and what is allowed. ``requires``
 other: a subclass inherits it, or writes its own (``Parent.requires + (ONE_ARCHITECTURE,)``).
 
 A method that needs images says so by leaving ``sequence_tasks`` False (the default): :data:`IMAGES` applies to it
-without being listed. Rules about one method's own keys (a client id of ``no_dml``, a pool's domain) stay in its
-``__init__``/``setup``/``check_dataset``.
+without being listed. A key that lists client ids is a :class:`ClientIds` (FedORION's ``no_dml``, codistillation's
+``large_clients``); a method's own rule across keys can be a requirement of its module (codistillation's
+``PoolRules``); what only the built federation shows (a client's architecture, a pool's domain among its clients'
+samples) stays in the method's ``setup``.
 """
 
 from __future__ import annotations
@@ -120,6 +122,31 @@ class AggregatorAndSenders(Requirement):
         fixed = getattr(algorithm, "fixed_aggregator", None)
         if fixed is not None and fixed >= n:
             return f"algorithm.fixed_aggregator: {fixed} is not a client id; allowed: 0..{n - 1}"
+        return None
+
+
+@dataclass(frozen=True)
+class ClientIds(Requirement):
+    """``algorithm.<key>`` (the method's attribute ``attribute``, by default ``key``), when a list: client ids, each
+    of ``0..data.num_clients - 1`` and none twice; ``at_least_one``: an empty list is refused too (``name`` says
+    what the list is)."""
+
+    key: str = ""
+    attribute: str = ""
+    at_least_one: bool = False
+
+    def config_problem(self, algorithm: Any, experiment: Any) -> str | None:
+        ids = getattr(algorithm, self.attribute or self.key)
+        if not isinstance(ids, (list, tuple)):
+            return None
+        n = experiment.data.num_clients
+        bad = [i for i in ids if not 0 <= i < n]
+        if bad:
+            return f"algorithm.{self.key}: {bad} are not client ids; allowed: 0..{n - 1}"
+        if self.at_least_one and not ids:
+            return f"algorithm.{self.key}: the list of {self.name} is empty; allowed: at least one of 0..{n - 1}"
+        if len(set(ids)) != len(ids):
+            return f"algorithm.{self.key}: {list(ids)} repeats a client; allowed: each client id once"
         return None
 
 

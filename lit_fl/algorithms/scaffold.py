@@ -46,11 +46,10 @@ from typing import TYPE_CHECKING, Any, Literal
 from lit_fl import steps
 from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.algorithms.requirements import ONE_ARCHITECTURE
-from lit_fl.algorithms.server import GLOBAL, ServerAlgorithm, model_state
+from lit_fl.algorithms.server import GLOBAL, ServerAlgorithm, check_checkpoint, model_state
 from lit_fl.algorithms.settings import FEDORION_CLIENTS
 from lit_fl.algorithms.updates import ClientUpdate, average_updates
 from lit_fl.constraints import Fraction, PositiveFloat
-from lit_fl.errors import ConfigError
 from lit_fl.federation.endpoints import SERVER
 
 if TYPE_CHECKING:
@@ -220,8 +219,8 @@ class SCAFFOLD(ServerAlgorithm):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         saved = list(state["server_control"])
-        if [tuple(t.shape) for t in saved] != [tuple(t.shape) for t in self.server_control]:
-            raise ConfigError("checkpoint: SCAFFOLD's control variates do not have this config's model shapes")
+        check_checkpoint("SCAFFOLD's control variates have the shapes", [tuple(t.shape) for t in saved],
+                         [tuple(t.shape) for t in self.server_control])
         device = self.server_control[0].device if self.server_control else None
         self.server_control = [t.to(device) for t in saved]
         self.client_controls = {int(cid): [t.to(device) for t in ts]

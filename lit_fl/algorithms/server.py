@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from lit_fl.steps.phase import ClientWork, WorkResult
     from lit_fl.steps.runner import StepRunner
 
-__all__ = ["GLOBAL", "SERVER", "ServerAlgorithm"]
+__all__ = ["GLOBAL", "SERVER", "ServerAlgorithm", "check_checkpoint"]
 
 
 class ServerAlgorithm(Algorithm):
@@ -63,6 +63,9 @@ class ServerAlgorithm(Algorithm):
     requires = (SERVER_BASED,)
     #: the server's model is the clients' (``"global"``): it reports that model (``server_acc/global``)
     reports: ClassVar[str] = "server_acc/global"
+    #: False: nothing goes down at a round's start (:meth:`broadcast`); each client trains its own model
+    #: (:meth:`local_work`): the methods whose clients exchange class scores, not weights (KT-pFL, FDmeta, DS-FL)
+    sends_model: ClassVar[bool] = True
     client_fraction: float = 1.0
 
     # -- setup -------------------------------------------------------------------------------------------
@@ -117,7 +120,10 @@ class ServerAlgorithm(Algorithm):
     def broadcast(self, client: Client, starts: dict[str, dict[str, Any]], federation: Federation,
                   ledger: CommunicationLedger) -> ClientWork | None:
         """The server sends ``client`` its group's model (``starts``: each server model's state at the round's start);
-        on arrival the client starts from it and does :meth:`local_work`. None: the download was lost."""
+        on arrival the client starts from it and does :meth:`local_work`. None: the download was lost. Without
+        :attr:`sends_model`: :meth:`local_work` alone."""
+        if not self.sends_model:
+            return self.local_work(client, federation)
         group = self.group_of(client)
         if not ledger.give_back(SERVER, client.id, federation.server[group]):
             return None
@@ -167,3 +173,12 @@ class ServerAlgorithm(Algorithm):
 def model_state(model: nn.Module) -> dict[str, Any]:
     """``model``'s state dict, detached (what an upload of the whole model carries)."""
     return {k: v.detach() for k, v in model.state_dict().items()}
+
+
+def check_checkpoint(what: str, saved: Any, built: Any) -> None:
+    """Refuse, in one line, a checkpoint whose ``what`` (``saved``: the server's architecture, a shape, the clients of
+    a pool) is not what this config builds (``built``): the run it resumes was another."""
+    if saved != built:
+        from lit_fl.errors import ConfigError
+
+        raise ConfigError(f"checkpoint: {what} {saved}, this config builds {built}")

@@ -89,7 +89,7 @@ class ServerFedAvg(ServerAlgorithm):
         super().__init__(**kwargs)
         self.client_fraction = client_fraction
         self.server_optimizer = build_server_optimizer(server_optimizer, server_lr, server_momentum, server_betas,
-                                                 server_eps)
+                                                       server_eps, key="algorithm.server_")
 
     def server_update(self, updates: Sequence[ClientUpdate], federation: Federation,
                       runner: StepRunner) -> dict[str, float]:

@@ -23,10 +23,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
-from lit_fl.errors import ConfigError
+from lit_fl.constraints import HalfOpenUnitInterval, PositiveFloat, bounds_of, check_arguments
 
 if TYPE_CHECKING:
     from torch import Tensor, nn
+
+#: the range of each of the adaptive optimizers' ``betas``
+BETA = bounds_of(HalfOpenUnitInterval)
 
 #: the names of ``algorithm.server_optimizer``
 ServerOptimizerName = Literal["sgd", "adam", "yogi", "adagrad"]
@@ -106,23 +109,22 @@ class AdaptiveServerOptimizer(ServerOptimizer):
         eps: tau, added to ``sqrt(v_hat)``.
         bias_correction: divide the moments by ``1 - b^t`` (optax / torch Adam); False: Reddi et al.
         initial_accumulator: ``v``'s start (Reddi et al.: ``v_{-1} >= tau^2``).
+        key: how errors name the settings: ``{key}lr``, ``{key}betas``, ``{key}eps`` (the method's keys).
     """
 
     def __init__(
         self,
-        lr: float = 0.01,
+        lr: PositiveFloat = 0.01,
         betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-5,
+        eps: PositiveFloat = 1e-5,
         bias_correction: bool = True,
         initial_accumulator: float = 0.0,
+        key: str = "",
     ) -> None:
-        if lr <= 0:
-            raise ConfigError(f"{type(self).__name__}: lr must be > 0, got {lr}")
+        check_arguments(AdaptiveServerOptimizer.__init__, {"lr": lr, "eps": eps}, key)
         b1, b2 = (float(b) for b in betas)
-        if not (0.0 <= b1 < 1.0 and 0.0 <= b2 < 1.0):
-            raise ConfigError(f"{type(self).__name__}: betas must be in [0, 1), got {tuple(betas)}")
-        if eps <= 0:
-            raise ConfigError(f"{type(self).__name__}: eps must be > 0, got {eps}")
+        for beta in (b1, b2):
+            BETA.check(f"{key}betas", beta)
         self.lr, self.betas, self.eps, self.bias_correction = float(lr), (b1, b2), float(eps), bool(bias_correction)
         self.initial_accumulator = float(initial_accumulator)
         self.steps = 0
@@ -211,10 +213,10 @@ class FedAdagrad(AdaptiveServerOptimizer):
 
 
 def build_server_optimizer(name: ServerOptimizerName, lr: float, momentum: float, betas: tuple[float, float],
-                     eps: float) -> ServerOptimizer:
+                           eps: float, key: str = "") -> ServerOptimizer:
     """The slot's optimizer by name, with Reddi et al.'s conventions for the adaptive ones (no bias correction,
-    ``v`` from ``eps^2``)."""
+    ``v`` from ``eps^2``); ``key`` names the settings in errors."""
     if name == "sgd":
         return ServerSGD(lr, momentum)
     adaptive = {"adam": FedAdam, "yogi": FedYogi, "adagrad": FedAdagrad}[name]
-    return adaptive(lr, betas, eps, bias_correction=False, initial_accumulator=eps**2)
+    return adaptive(lr, betas, eps, bias_correction=False, initial_accumulator=eps**2, key=key)

@@ -74,12 +74,10 @@ class ModelSplit:
         prefixes = tuple(f"{m}." for m in self.modules(model))
         keys = list(model.state_dict().keys())
         classifier = [k for k in keys if k.startswith(prefixes)]
-        if not classifier:
-            raise ConfigError(f"the classifier modules {list(prefixes)} of {type(model).__qualname__} hold no weights")
-        if len(classifier) == len(keys):
-            raise ConfigError(
-                f"the classifier modules {list(prefixes)} hold every weight: no feature extractor is left"
-            )
+        if not 0 < len(classifier) < len(keys):
+            raise ConfigError(f"algorithm.classifier_modules: {list(prefixes)} hold {len(classifier)} of the "
+                              f"{len(keys)} weights of {type(model).__qualname__}; allowed: modules that hold some "
+                              "weights, not all (the feature extractor is the rest)")
         return [k for k in keys if not k.startswith(prefixes)], classifier
 
     def forward_with_features(self, model: nn.Module, x: Tensor) -> tuple[Tensor, Tensor]:

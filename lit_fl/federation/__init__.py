@@ -8,25 +8,6 @@ from typing import TYPE_CHECKING
 
 from lit_fl.lazy import lazy_exports
 
-_EXPORTS: dict[str, str] = {
-    "AlphaSchedule": "lit_fl.federation.alpha",
-    "Client": "lit_fl.federation.state",
-    "CommunicationLedger": "lit_fl.federation.ledger",
-    "Evaluator": "lit_fl.federation.evaluation",
-    "Federation": "lit_fl.federation.state",
-    "Participants": "lit_fl.federation.selection",
-    "select_participants": "lit_fl.federation.selection",
-}
-__all__ = [
-    "AlphaSchedule",
-    "Client",
-    "CommunicationLedger",
-    "Evaluator",
-    "Federation",
-    "Participants",
-    "select_participants",
-]
-
 if TYPE_CHECKING:
     from lit_fl.federation.alpha import AlphaSchedule
     from lit_fl.federation.evaluation import Evaluator
@@ -34,4 +15,4 @@ if TYPE_CHECKING:
     from lit_fl.federation.selection import Participants, select_participants
     from lit_fl.federation.state import Client, Federation
 
-__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)
+__getattr__, __dir__, __all__ = lazy_exports(globals())

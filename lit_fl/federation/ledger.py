@@ -99,22 +99,24 @@ class CommunicationLedger:
     def reaches(self, source: int, target: int) -> bool:
         """Whether ``source`` reaches ``target`` this round (False: it fails before sending, ``faults.drop_prob``);
         drawn at the link's first use in the round, recalled after."""
-        link = (source, target)
-        if link not in self._links:
-            failed = self._fails(self.faults.drop_prob)
-            self._links[link] = not failed
-            self.round_faults.dropped_senders += int(failed)
-        return self._links[link]
+        self.round_faults.dropped_senders += self._first_draw(self._links, (source, target), self.faults.drop_prob)
+        return self._links[source, target]
 
     def returns(self, source: int, target: int) -> bool:
         """Whether a model returned from ``source`` to ``target`` this round arrives (``faults.return_drop_prob``);
         drawn at first use in the round, recalled after."""
-        link = (source, target)
-        if link not in self._returns:
-            lost = self._fails(self.faults.return_drop_prob)
-            self._returns[link] = not lost
-            self.round_faults.lost_returns += int(lost)
-        return self._returns[link]
+        self.round_faults.lost_returns += self._first_draw(self._returns, (source, target),
+                                                           self.faults.return_drop_prob)
+        return self._returns[source, target]
+
+    def _first_draw(self, arrives: dict[tuple[int, int], bool], link: tuple[int, int], prob: float) -> int:
+        """At ``link``'s first use this round: draw whether it fails (probability ``prob``) and keep in ``arrives``
+        that it does not; 1 when it failed, else (and on every later use) 0."""
+        if link in arrives:
+            return 0
+        failed = self._fails(prob)
+        arrives[link] = not failed
+        return int(failed)
 
     def send(self, source: int, target: int, model: nn.Module, hops: int | None = None) -> bool:
         """``model`` travels from ``source`` to ``target`` over ``hops`` links (every link carries it once; default:

@@ -8,33 +8,9 @@ from typing import TYPE_CHECKING
 
 from lit_fl.lazy import lazy_exports
 
-_METADATA = ("classifier_module", "classifier_prefix", "extract_features", "split_state", "width_rate")
-_POOLS = ("POOLS", "assign_evenly", "resolve_pool")
-_REGISTRY = ("create_model", "is_known", "num_parameters", "register_model", "register_model_family")
-_EXPORTS: dict[str, str] = {
-    **dict.fromkeys(_METADATA, "lit_fl.models.metadata"),
-    **dict.fromkeys(_POOLS, "lit_fl.models.pools"),
-    **dict.fromkeys(_REGISTRY, "lit_fl.models.registry"),
-}
-__all__ = [
-    "POOLS",
-    "assign_evenly",
-    "classifier_module",
-    "classifier_prefix",
-    "create_model",
-    "extract_features",
-    "is_known",
-    "num_parameters",
-    "register_model",
-    "register_model_family",
-    "resolve_pool",
-    "split_state",
-    "width_rate",
-]
-
 if TYPE_CHECKING:
     from lit_fl.models.metadata import classifier_module, classifier_prefix, extract_features, split_state, width_rate
     from lit_fl.models.pools import POOLS, assign_evenly, resolve_pool
     from lit_fl.models.registry import create_model, is_known, num_parameters, register_model, register_model_family
 
-__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)
+__getattr__, __dir__, __all__ = lazy_exports(globals())

@@ -12,51 +12,6 @@ from typing import TYPE_CHECKING
 
 from lit_fl.lazy import lazy_exports
 
-#: public name -> module that defines it
-_EXPORTS: dict[str, str] = {
-    "BatchedLocalTraining": "lit_fl.steps.batched_local_training",
-    "DeepMutualLearning": "lit_fl.steps.deep_mutual_learning",
-    "EnsembleDistillation": "lit_fl.steps.ensemble_distillation",
-    "LocalTraining": "lit_fl.steps.local_training",
-    "MutualLearning": "lit_fl.steps.mutual_learning",
-    "AuxProximalTraining": "lit_fl.steps.aux_proximal_training",
-    "MutualNoiseDistillation": "lit_fl.steps.noise_distillation",
-    "NoiseDistillation": "lit_fl.steps.noise_distillation",
-    "ServerCodistillation": "lit_fl.steps.distillation",
-    "ScaffoldTraining": "lit_fl.steps.scaffold_training",
-    "TargetDistillation": "lit_fl.steps.target_distillation",
-    "MaskedTraining": "lit_fl.steps.masked_training",
-    "NotTrueDistillation": "lit_fl.steps.not_true_distillation",
-    "NoiseBatches": "lit_fl.steps.noise",
-    "SGDConfig": "lit_fl.steps.optim",
-    "PRECISIONS": "lit_fl.steps.precision",
-    "StepRunner": "lit_fl.steps.runner",
-    "weighted_average": "lit_fl.steps.aggregation",
-    "load_weights": "lit_fl.steps.aggregation",
-}
-
-__all__ = [
-    "AuxProximalTraining",
-    "BatchedLocalTraining",
-    "DeepMutualLearning",
-    "EnsembleDistillation",
-    "LocalTraining",
-    "MutualLearning",
-    "MutualNoiseDistillation",
-    "NoiseBatches",
-    "NoiseDistillation",
-    "NotTrueDistillation",
-    "PRECISIONS",
-    "SGDConfig",
-    "ScaffoldTraining",
-    "MaskedTraining",
-    "ServerCodistillation",
-    "StepRunner",
-    "TargetDistillation",
-    "load_weights",
-    "weighted_average",
-]
-
 if TYPE_CHECKING:
     from lit_fl.steps.aggregation import load_weights, weighted_average
     from lit_fl.steps.aux_proximal_training import AuxProximalTraining
@@ -76,5 +31,4 @@ if TYPE_CHECKING:
     from lit_fl.steps.scaffold_training import ScaffoldTraining
     from lit_fl.steps.target_distillation import TargetDistillation
 
-
-__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)
+__getattr__, __dir__, __all__ = lazy_exports(globals())

@@ -17,6 +17,7 @@ from lit_fl.losses import at_least_float32
 from lit_fl.models.metadata import extract_features
 from lit_fl.steps.local_training import LocalTraining
 from lit_fl.steps.optim import SGDConfig
+from lit_fl.steps.step_loss import count_loss
 
 FeatureFn = Callable[[nn.Module, Tensor], Tensor]
 
@@ -62,8 +63,7 @@ class AuxProximalTraining(LocalTraining):
         loss = self.loss_fn(self.model(x), y, self.class_proportions)
         if self.mu > 0:
             loss = loss + self.aux_penalty()
-        self.loss_sum = self.loss_sum.to(loss.device) + loss.detach()
-        self.num_batches += 1
+        count_loss(self, loss)
         return loss
 
     def fusion_key(self) -> Hashable | None:

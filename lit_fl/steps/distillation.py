@@ -27,6 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from lit_fl.steps.step_loss import count_loss, reset_loss_counter
+
 
 def distilled_rows(logits: Tensor, x: Tensor) -> Tensor:
     """The logits that distillation compares: ``[B, C]`` of images unchanged; of token sequences ``x`` ``[B, T]``
@@ -84,8 +86,7 @@ class ServerCodistillation(L.LightningModule):
         self.lrs = [float(lr) for lr in lrs]
         self.temperature = float(temperature)
         self.student_reg = float(student_reg)
-        self.loss_sum = torch.zeros(())
-        self.num_batches = 0
+        reset_loss_counter(self)
 
     def targets(self, x: Tensor) -> list[Tensor]:
         """The regularised target of every student on ``x``: the mean over its teachers ``q`` of
@@ -107,8 +108,7 @@ class ServerCodistillation(L.LightningModule):
         x = batch[0] if isinstance(batch, (tuple, list)) else batch
         targets = self.targets(x)
         total = sum(distillation_loss(distilled_rows(student(x), x), t) for student, t in zip(self.students, targets))
-        self.loss_sum = self.loss_sum.to(total.device) + total.detach()
-        self.num_batches += 1
+        count_loss(self, total)
         return total
 
     def configure_optimizers(self) -> torch.optim.Optimizer:

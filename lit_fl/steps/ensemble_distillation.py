@@ -32,6 +32,7 @@ from torch import Tensor, nn
 
 from lit_fl.losses import at_least_float32
 from lit_fl.steps.distillation import distilled_rows
+from lit_fl.steps.step_loss import count_loss, reset_loss_counter
 
 
 def ensemble_logits(teachers: Sequence[nn.Module], x: Tensor) -> Tensor:
@@ -92,8 +93,7 @@ class EnsembleDistillation(L.LightningModule):
         self.teachers = list(teachers)  # plain list: not submodules, not in the optimizer
         self.lr, self.temperature = float(lr), float(temperature)
         self.clip_norm, self.total_steps = clip_norm, total_steps
-        self.loss_sum = torch.zeros(())
-        self.num_batches = 0
+        reset_loss_counter(self)
 
     def training_step(self, batch: Tensor | tuple[Tensor, ...], batch_idx: int) -> Tensor:
         x = batch[0] if isinstance(batch, (tuple, list)) else batch
@@ -107,8 +107,7 @@ class EnsembleDistillation(L.LightningModule):
             for t, mode in zip(self.teachers, modes):
                 t.train(mode)
         total = sum(kl_to_teacher(s(x), target, self.temperature, x) for s in self.students)
-        self.loss_sum = self.loss_sum.to(total.device) + total.detach() / len(self.students)
-        self.num_batches += 1
+        count_loss(self, total / len(self.students))
         return total
 
     def configure_optimizers(self) -> torch.optim.Optimizer:

@@ -12,6 +12,7 @@ from torch import Tensor, nn
 from lit_fl.choices import SupervisedLoss
 from lit_fl.losses import LOSSES
 from lit_fl.steps.optim import SGDConfig
+from lit_fl.steps.step_loss import count_loss, reset_loss_counter
 
 
 class LocalTraining(L.LightningModule):
@@ -36,8 +37,7 @@ class LocalTraining(L.LightningModule):
         self.optimizer_config = optimizer or SGDConfig()
         self.prox_mu = prox_mu
         self.start_weights = [p.detach().clone() for p in model.parameters()] if prox_mu > 0 else []
-        self.loss_sum = torch.zeros(())
-        self.num_batches = 0
+        reset_loss_counter(self)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.model(x)
@@ -47,8 +47,7 @@ class LocalTraining(L.LightningModule):
         loss = self.loss_fn(self.model(x), y, self.class_proportions)
         if self.prox_mu > 0:
             loss = loss + 0.5 * self.prox_mu * self._proximal()
-        self.loss_sum = self.loss_sum.to(loss.device) + loss.detach()
-        self.num_batches += 1
+        count_loss(self, loss)
         return loss
 
     def _proximal(self) -> Tensor:

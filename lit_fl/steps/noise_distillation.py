@@ -51,6 +51,7 @@ from lit_fl.steps.distillation import distilled_rows
 from lit_fl.steps.noise import NoiseBatches
 from lit_fl.steps.optim import SGDConfig
 from lit_fl.steps.peer_learning import PeerLearningStep
+from lit_fl.steps.step_loss import count_loss, reset_loss_counter
 
 __all__ = [
     "BN_STATS",
@@ -177,8 +178,7 @@ class NoiseDistillation(L.LightningModule):
         self.student_running_stats: StudentRunningStats = student_running_stats
         self.temperature = float(temperature)
         self.optimizer_config = optimizer or SGDConfig(lr=0.001, momentum=0.9, weight_decay=0.0)
-        self.loss_sum = torch.zeros(())
-        self.num_batches = 0
+        reset_loss_counter(self)
         #: inside :meth:`fused`: ``(teachers, FusedModels)`` of the teachers of one architecture
         self._teacher_groups: list[tuple[list[int], nn.Module]] = []
 
@@ -234,8 +234,7 @@ class NoiseDistillation(L.LightningModule):
         if is_token_batch(z):  # real token sequences (FedKEMF's public data): the positions whose input is not PAD
             student, targets = distilled_rows(student, z), [distilled_rows(t, z) for t in targets]
         loss = self.kd_loss(student, targets)
-        self.loss_sum = self.loss_sum.to(loss.device) + loss.detach()
-        self.num_batches += 1
+        count_loss(self, loss)
         return loss
 
     def configure_optimizers(self) -> torch.optim.Optimizer:

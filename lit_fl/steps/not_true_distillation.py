@@ -18,6 +18,7 @@ from lit_fl.steps.batched import BatchedClientStep, per_sample
 from lit_fl.steps.local_training import LocalTraining
 from lit_fl.steps.optim import SGDConfig
 from lit_fl.steps.peer_learning import frozen_teacher_logits
+from lit_fl.steps.step_loss import count_loss
 
 
 class NotTrueDistillation(LocalTraining):
@@ -58,8 +59,7 @@ class NotTrueDistillation(LocalTraining):
         if self.beta > 0:
             teacher = frozen_teacher_logits(self.teacher, x)
             loss = loss + self.beta * not_true_kl(logits, teacher, y, self.tau).mean()
-        self.loss_sum = self.loss_sum.to(loss.device) + loss.detach()
-        self.num_batches += 1
+        count_loss(self, loss)
         return loss
 
     def fusion_key(self) -> Hashable | None:

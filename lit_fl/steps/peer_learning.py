@@ -22,6 +22,7 @@ from lit_fl.choices import SupervisedLoss
 from lit_fl.steps.fusion import FusedModels, fusion_groups, native_cpu_convolutions
 from lit_fl.steps.local_training import LOSSES
 from lit_fl.steps.optim import SGDConfig
+from lit_fl.steps.step_loss import count_loss, reset_loss_counter
 
 
 class PeerLearningStep(L.LightningModule):
@@ -54,8 +55,7 @@ class PeerLearningStep(L.LightningModule):
             raise ValueError(f"model_optimizers must give one entry per model, got {len(model_optimizers)}")
         #: per model: its own SGD settings (e.g. FedORION's eta_g for the global copy), None = ``optimizer``
         self.model_optimizers = list(model_optimizers) if model_optimizers is not None else [None] * len(models)
-        self.loss_sum = torch.zeros(())
-        self.num_batches = 0
+        reset_loss_counter(self)
         #: several processes: which models this rank computes, and the sum over ranks (see :meth:`shard`)
         self.local: list[bool] | None = None
         self._all_reduce: Callable[[Tensor], Tensor] | None = None
@@ -88,8 +88,7 @@ class PeerLearningStep(L.LightningModule):
             return self._sharded_step(x, y)
         logits = self.all_logits(x)
         total = self.learning_loss(self.peer_losses(logits, y))
-        self.loss_sum = self.loss_sum.to(total.device) + total.detach()
-        self.num_batches += 1
+        count_loss(self, total)
         return total
 
     # -- several processes --------------------------------------------------------------------------------

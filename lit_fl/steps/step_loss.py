@@ -16,6 +16,18 @@ if TYPE_CHECKING:
     import lightning as L
 
 
+def reset_loss_counter(step: L.LightningModule) -> None:
+    """Start ``step``'s own loss counter (what :func:`phase_loss` reads): ``loss_sum`` 0, ``num_batches`` 0."""
+    step.loss_sum = torch.zeros(())
+    step.num_batches = 0
+
+
+def count_loss(step: L.LightningModule, loss: Tensor) -> None:
+    """Add one batch's ``loss`` to ``step``'s counter (on the loss's device, without its graph)."""
+    step.loss_sum = step.loss_sum.to(loss.device) + loss.detach()
+    step.num_batches += 1
+
+
 def has_loss_counter(step: L.LightningModule) -> bool:
     """Whether ``step`` keeps its own ``loss_sum`` and ``num_batches`` (every built-in step does)."""
     return hasattr(step, "loss_sum") and hasattr(step, "num_batches")

@@ -54,6 +54,7 @@ from lit_fl.steps.batched import BatchedClientStep, per_sample
 from lit_fl.steps.distillation import distilled_rows
 from lit_fl.steps.noise_distillation import batched_soft_cross_entropy
 from lit_fl.steps.optim import SGDConfig
+from lit_fl.steps.step_loss import count_loss, reset_loss_counter
 
 TargetLoss = Literal["l1", "mse", "kl", "ce"]
 TARGET_LOSSES: tuple[str, ...] = ("l1", "mse", "kl", "ce")
@@ -138,8 +139,7 @@ class TargetDistillation(L.LightningModule):
         self.temperature = float(temperature)
         self.weight = float(weight)
         self.optimizer_config = optimizer or SGDConfig()
-        self.loss_sum = torch.zeros(())
-        self.num_batches = 0
+        reset_loss_counter(self)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.model(x)
@@ -147,8 +147,7 @@ class TargetDistillation(L.LightningModule):
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         x, targets = batch
         loss = self.weight * target_loss(self.model(x), targets, self.loss_name, self.target, self.temperature, x)
-        self.loss_sum = self.loss_sum.to(loss.device) + loss.detach()
-        self.num_batches += 1
+        count_loss(self, loss)
         return loss
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
