@@ -49,21 +49,61 @@ def test_the_guides_commands_run_as_written(tmp_path: Path) -> None:
 
 
 def test_the_guide_names_every_hook_of_decentralized_methods_and_dfml() -> None:
-    """Every public method a subclass of DecentralizedAlgorithm or DFML may override is in the guide's hook table
-    (a new hook without a line there fails this test)."""
+    """Every public method a subclass of the peer round's bases (PeerAlgorithm, DecentralizedAlgorithm,
+    NeighbourAlgorithm) or of DFML may override is in the guide's hook table (a new hook without a line there fails
+    this test)."""
     from lit_fl.algorithms import DFML, DecentralizedAlgorithm
     from lit_fl.algorithms.base import Algorithm
+    from lit_fl.algorithms.neighbours import NeighbourAlgorithm
+    from lit_fl.algorithms.peer import PeerAlgorithm
 
     text = GUIDE.read_text()
-    table = text[text.index("### Hooks of DecentralizedAlgorithm and DFML"):text.index("### Draw randomness")]
+    table = text[text.index("### Decentralized methods: the peer round"):text.index("### Draw randomness")]
     contract = {"run_round", "setup", "state_dict", "load_state_dict", "batches", "work", "local_phase", "name"}
-    hooks = {name for cls in (DecentralizedAlgorithm, DFML) for name, value in vars(cls).items()
+    hooks = {name for cls in (PeerAlgorithm, DecentralizedAlgorithm, NeighbourAlgorithm, DFML)
+             for name, value in vars(cls).items()
              if not name.startswith("_") and (callable(value) or name == "alpha") and name not in contract}
     hooks |= {"local_work"} & set(vars(Algorithm))
     missing = sorted(h for h in hooks if f"`{h}(" not in table)
     assert not missing, f"hooks missing from docs/extending.md: {missing}"
     for name in ("Participants", "lit_fl.federation.round", "**kwargs", "runner.run_phase", "ClientWork"):
         assert name in text, name
+
+
+def test_the_guides_peer_gossip_is_the_examples_gossip_bit_for_bit(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The guide's PeerGossip (D-PSGD as hooks of the peer round) and examples/gossip.py (its own run_round) give the
+    same weights, losses and traffic over three rounds in which half the links fail."""
+    import importlib.util
+
+    import torch
+    from federations import tiny_federation
+
+    from lit_fl.federation.faults import FaultsConfig
+    from lit_fl.federation.ledger import CommunicationLedger
+    from lit_fl.steps import StepRunner
+
+    spec = importlib.util.spec_from_file_location("gossip_example", ROOT / "examples" / "gossip.py")
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    user = guide_module(tmp_path, monkeypatch, "class PeerGossip(", "peer_gossip")
+    runs = []
+    for algo in (example.Gossip(batch_size=16), user.PeerGossip(batch_size=16)):
+        fed = tiny_federation(num_clients=5, pool=("cnn_4_8",))
+        fed.faults = FaultsConfig(drop_prob=0.5)
+        algo.setup(fed)
+        runner, ledger, results = StepRunner("cpu"), CommunicationLedger.of(fed), []
+        for round_ in range(1, 4):
+            ledger.start_round()
+            results.append((algo.run_round(round_, fed, runner, ledger), ledger.round_mb, ledger.round_faults))
+        runs.append((fed, results))
+    (fed_a, results_a), (fed_b, results_b) = runs
+    assert results_a == results_b
+    assert any(faults.dropped_senders for _, _, faults in results_a)  # the faults took links away
+    for a, b in zip(fed_a.clients, fed_b.clients, strict=True):
+        for key, value in a.model.state_dict().items():
+            assert torch.equal(value, b.model.state_dict()[key]), (a.id, key)
 
 
 def test_the_guides_dfml_variant_runs_and_picks_the_richest_participant(tmp_path: Path) -> None:

@@ -34,9 +34,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from lit_fl import steps
-from lit_fl.algorithms.base import RoundResult, phase_losses
-from lit_fl.algorithms.fedper import data_sizes, snapshot_states
-from lit_fl.algorithms.local import Local
+from lit_fl.algorithms.neighbours import NeighbourAlgorithm, data_sizes, draw_neighbours
+from lit_fl.algorithms.peer import snapshot_states
 from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.algorithms.requirements import ONE_ARCHITECTURE
 from lit_fl.constraints import Fraction, NonNegativeFloat, PositiveInt
@@ -45,15 +44,17 @@ from lit_fl.errors import ConfigError
 if TYPE_CHECKING:
     from torch import Tensor
 
+    from lit_fl.algorithms.base import RoundResult
+    from lit_fl.algorithms.peer import PeerRound
     from lit_fl.federation.ledger import CommunicationLedger
-    from lit_fl.federation.state import Federation
+    from lit_fl.federation.state import Client, Federation
     from lit_fl.steps.runner import StepRunner
 
     State = dict[str, Tensor]
 
 
 @register_algorithm
-class CriticalFL(Local):
+class CriticalFL(NeighbourAlgorithm):
     """Decentralized CriticalFL: train, average with ``n_i`` peers (FedAvg), adapt ``n_i`` to the FGN's trend.
 
     All clients need the same architecture (averaging whole models; a clear error says so otherwise).
@@ -67,8 +68,8 @@ class CriticalFL(Local):
             0.75 of all clients); a client with fewer topology neighbours contacts all of them.
         window: ``W``, FGN values per window of the relative change (reference code: 10).
         threshold: ``delta``, the relative FGN change from which a round is critical (reference code: 0.01).
-        **kwargs: the training setup of :class:`Local` (lr 0.05 decayed 0.95 per round, momentum 0.5, batch 50,
-            one epoch of cross-entropy: UA-PDFL sec. 5.1.4).
+        **kwargs: the training setup of :class:`~lit_fl.algorithms.neighbours.NeighbourAlgorithm` (lr 0.05
+            decayed 0.95 per round, momentum 0.5, batch 50, one epoch of cross-entropy: UA-PDFL sec. 5.1.4).
     """
 
     #: UA-PDFL secs. 5.2-5.4 (Tables 1-5): final test accuracy averaged over clients, each on its own data
@@ -107,46 +108,41 @@ class CriticalFL(Local):
         """``n_max = max(floor(max_peer_fraction * N), min_peers)``."""
         return max(int(self.max_peer_fraction * num_clients), self.min_peers)
 
-    def run_round(
-        self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger
-    ) -> RoundResult:
-        if not self.peer_counts:
-            self.setup(federation)
-        before = snapshot_states(federation)
-        optimizer = self.round_optimizer(round_)
-        works = [self.work(c, self.local_step(c, optimizer), federation, self.local_epochs) for c in federation.clients]
-        losses = phase_losses(runner.run_phase(works))
-        trained = snapshot_states(federation)  # z_j: every model after local training, before any averaging
-        norms = [update_norm(before[c.id], trained[c.id], [k for k, _ in c.model.named_parameters()])
-                 for c in federation.clients]
-        peers = self.draw_peers(federation)
-        used = list(self.peer_counts)
-        critical, n_max = 0, self.max_peers(federation.num_clients)
-        for client in federation.clients:
-            i = client.id
-            arrived = [j for j in peers[i] if ledger.send(j, i, federation.clients[j].model)]
-            sources = [i, *arrived]
-            if arrived:
-                average = steps.weighted_average([trained[j] for j in sources], data_sizes(federation, sources))
-                client.set_weights(average)
-            self.fgn_history[i].append(federated_gradient_norm([norms[j] for j in sources]))
-            critical += is_critical(self.fgn_history[i], self.window, self.threshold)
-            self.peer_counts[i] = next_peer_count(self.fgn_history[i], self.peer_counts[i], self.window,
-                                                  self.threshold, self.min_peers, n_max)
-        n = federation.num_clients
-        return self.round_result(federation, losses, optimizer, mean_peers=sum(used) / n,
-                                 mean_fgn=sum(h[-1] for h in self.fgn_history) / n, critical_fraction=critical / n)
-
-    def draw_peers(self, federation: Federation) -> dict[int, list[int]]:
+    def peers(self, round_: int, federation: Federation, ledger: CommunicationLedger) -> dict[int, list[int]]:
         """``S_i`` of every client: ``min(n_i, #neighbours)`` distinct topology neighbours from ``rng.algorithm``,
         in client order."""
-        drawn: dict[int, list[int]] = {}
-        for client in federation.clients:
-            candidates = federation.topology.neighbours(client.id)
-            size = min(self.peer_counts[client.id], len(candidates))
-            chosen = federation.rng.algorithm.choice(candidates, size=size, replace=False) if size else []
-            drawn[client.id] = [int(p) for p in chosen]
-        return drawn
+        if not self.peer_counts:
+            self.setup(federation)
+        return draw_neighbours(federation, self.peer_counts)
+
+    def client_phase(self, plan: PeerRound, federation: Federation, runner: StepRunner) -> list[float]:
+        """Local training; ``z_j`` (every model after it, ``state["trained"]``) and the norm of every update."""
+        before = snapshot_states(federation)
+        losses = super().client_phase(plan, federation, runner)
+        trained = plan.state["trained"] = snapshot_states(federation)  # z_j: before any averaging
+        plan.state["norms"] = [update_norm(before[c.id], trained[c.id], [k for k, _ in c.model.named_parameters()])
+                               for c in federation.clients]
+        plan.state.update(used=list(self.peer_counts), critical=0, n_max=self.max_peers(federation.num_clients))
+        return losses
+
+    def combine(self, receiver: Client, arrived: list[Client], plan: PeerRound, federation: Federation,
+                runner: StepRunner, ledger: CommunicationLedger) -> None:
+        """FedAvg over the client and the peers that arrived; the FGN it measures; its next peer count."""
+        i, trained, norms = receiver.id, plan.state["trained"], plan.state["norms"]
+        sources = [i, *(c.id for c in arrived)]
+        if arrived:
+            average = steps.weighted_average([trained[j] for j in sources], data_sizes(federation, sources))
+            receiver.set_weights(average)
+        self.fgn_history[i].append(federated_gradient_norm([norms[j] for j in sources]))
+        plan.state["critical"] += is_critical(self.fgn_history[i], self.window, self.threshold)
+        self.peer_counts[i] = next_peer_count(self.fgn_history[i], self.peer_counts[i], self.window,
+                                              self.threshold, self.min_peers, plan.state["n_max"])
+
+    def round_result(self, plan: PeerRound, federation: Federation) -> RoundResult:
+        n = federation.num_clients
+        plan.extra.update(mean_peers=sum(plan.state["used"]) / n, mean_fgn=sum(h[-1] for h in self.fgn_history) / n,
+                          critical_fraction=plan.state["critical"] / n)
+        return super().round_result(plan, federation)
 
     def state_dict(self) -> dict[str, Any]:
         return {"peer_counts": list(self.peer_counts), "fgn_history": [list(h) for h in self.fgn_history]}

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lit_fl import steps
-from lit_fl.algorithms.base import RoundResult, nanmean, phase_losses
+from lit_fl.algorithms.base import RoundResult, nanmean
 from lit_fl.algorithms.decentralized import DecentralizedAlgorithm
+from lit_fl.algorithms.peer import PeerAlgorithm, PeerRound
 from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.algorithms.requirements import ONE_ARCHITECTURE
 from lit_fl.algorithms.settings import DFML_CLIENTS
@@ -24,6 +25,8 @@ from lit_fl.errors import ConfigError
 from lit_fl.federation.selection import num_senders
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from torch import nn
 
     from lit_fl.federation.ledger import CommunicationLedger
@@ -92,43 +95,51 @@ class PairwiseExchange(DecentralizedAlgorithm):
         """``Q = round(sender_fraction * N)``, capped at ``N // 2`` so that 2Q clients are distinct."""
         return min(num_senders(num_clients, self.sender_fraction), num_clients // 2)
 
-    def run_round(
-        self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger
-    ) -> RoundResult:
+    def plan(self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger) -> PeerRound:
+        """The round's pairs (:func:`draw_pairs`): the senders train, each receiver receives from its sender."""
         pairs = draw_pairs(
             self.num_pairs(federation.num_clients),
             federation.topology,
             federation.rng.selection,
             federation.rng.algorithm,
         )
-        senders = [federation.clients[s] for s, _ in pairs]
-        local_losses = self.local_phase(senders, federation, runner)
-        works: list[ClientWork | None] = []
-        arrived: list[int] = []
-        for s, r in pairs:  # the sender transmits, the receiver fuses (nothing when the sender failed)
-            sender, receiver = federation.clients[s], federation.clients[r]
-            if self.send(federation, ledger, receiver, [sender], models=[self.outgoing(sender)]):
-                arrived.append(r)
-                works.append(self.fuse(sender, receiver, federation, ledger))
-        fusion_losses = phase_losses(runner.run_phase(works))
-        fused = len(arrived)
+        clients = federation.clients
+        incoming = [(clients[r], [clients[s]]) for s, r in pairs]
+        return PeerRound(round_, [clients[s] for s, _ in pairs], incoming, draw=pairs)
+
+    def exchange(self, receiver: Client, sources: Sequence[Client], plan: PeerRound, federation: Federation,
+                 ledger: CommunicationLedger) -> list[Client]:
+        """The sender transmits its :meth:`outgoing` (no model comes back: nothing kept for returns)."""
+        return PeerAlgorithm.exchange(self, receiver, sources, plan, federation, ledger)
+
+    def combine(self, receiver: Client, arrived: list[Client], plan: PeerRound, federation: Federation,
+                runner: StepRunner, ledger: CommunicationLedger) -> ClientWork | None:
+        """The receiver fuses what arrived from its sender (:meth:`fuse`; nothing when the sender failed)."""
+        return self.fuse(arrived[0], receiver, federation, ledger) if arrived else None
+
+    def send_back(self, receiver: Client, plan: PeerRound, federation: Federation,
+                  ledger: CommunicationLedger) -> None:
+        """Nothing goes back at the pair's end (Combo's :meth:`fuse` swaps a segment with the sender itself)."""
+
+    def round_result(self, plan: PeerRound, federation: Federation) -> RoundResult:
+        pairs = plan.draw
         extra = {
-            "fused_pairs": float(fused),
+            "fused_pairs": float(sum(1 for receiver, _ in plan.incoming if plan.arrived[receiver.id])),
             "num_receivers": float(len(pairs)),
         }
         if self.logs_fusion_loss:
-            extra["fusion_loss"] = nanmean(fusion_losses)
+            extra["fusion_loss"] = nanmean(plan.combine_losses)
         return RoundResult(
             aggregator=None,
             senders=tuple(s for s, _ in pairs),
-            train_loss=nanmean(local_losses),
+            train_loss=nanmean(plan.losses),
             num_participants=2 * len(pairs),  # every pair is two participants (Algorithm 1: 2Q)
             extra=extra,
         )
 
-    def outgoing(self, sender: Client) -> nn.Module:
+    def outgoing(self, source: Client, receiver: Client, plan: PeerRound) -> nn.Module:
         """What the sender transmits (recorded in the ledger): its locally trained model."""
-        return sender.model
+        return source.model
 
     @abstractmethod
     def fuse(

@@ -30,9 +30,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from lit_fl.algorithms.base import RoundResult, phase_losses
-from lit_fl.algorithms.fedper import snapshot_states
-from lit_fl.algorithms.local import Local
+from lit_fl.algorithms.neighbours import NeighbourAlgorithm
+from lit_fl.algorithms.peer import snapshot_states
 from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.algorithms.requirements import ONE_ARCHITECTURE
 from lit_fl.algorithms.settings import UAPDFL_CLIENTS
@@ -42,15 +41,16 @@ if TYPE_CHECKING:
     import numpy as np
     from torch import Tensor
 
+    from lit_fl.algorithms.peer import PeerRound
     from lit_fl.federation.ledger import CommunicationLedger
-    from lit_fl.federation.state import Federation
+    from lit_fl.federation.state import Client, Federation
     from lit_fl.steps.runner import StepRunner
 
     State = dict[str, Tensor]
 
 
 @register_algorithm
-class DFedAvgM(Local):
+class DFedAvgM(NeighbourAlgorithm):
     """DFedAvgM: local heavy-ball momentum SGD, then Metropolis-Hastings mixing over a random ``N_com``-peer graph.
 
     All clients need the same architecture (mixing averages whole models; a clear error says so otherwise).
@@ -81,31 +81,37 @@ class DFedAvgM(Local):
         super().__init__(**kwargs)
         self.num_peers = num_peers
 
-    def run_round(
-        self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger
-    ) -> RoundResult:
-        neighbours = self.draw_graph(federation)
-        W = metropolis_weights(neighbours)
-        optimizer = self.round_optimizer(round_)  # a fresh SGD per phase: momentum buffer reset every round
-        works = [self.work(c, self.local_step(c, optimizer), federation, self.local_epochs) for c in federation.clients]
-        losses = phase_losses(runner.run_phase(works))
-        trained = snapshot_states(federation)  # z_j: every model after local training, before any mixing
-        rows: dict[int, dict[int, float]] = {}
-        for client in federation.clients:
-            i = client.id
-            row = {i: W[i, i]}
-            for j in neighbours[i]:
-                if ledger.send(j, i, federation.clients[j].model):
-                    row[j] = W[i, j]
-                else:  # dropped: not mixed in, its weight stays with the client's own model
-                    row[i] += W[i, j]
-            rows[i] = row
-        for client in federation.clients:
-            row = rows[client.id]
-            if len(row) > 1:
-                client.set_weights(mix([trained[j] for j in row], list(row.values())))
-        degrees = [len(n) for n in neighbours.values()]
-        return self.round_result(federation, losses, optimizer, mean_degree=sum(degrees) / len(degrees))
+    def plan(self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger) -> PeerRound:
+        """The round's graph (:meth:`draw_graph`: every client receives from its neighbours in it) and its
+        Metropolis-Hastings ``W`` (``state["W"]``)."""
+        plan = super().plan(round_, federation, runner, ledger)
+        plan.state["W"] = metropolis_weights(plan.draw)
+        degrees = [len(n) for n in plan.draw.values()]
+        plan.extra["mean_degree"] = sum(degrees) / len(degrees)
+        return plan
+
+    def peers(self, round_: int, federation: Federation, ledger: CommunicationLedger) -> dict[int, list[int]]:
+        return self.draw_graph(federation)
+
+    def client_phase(self, plan: PeerRound, federation: Federation, runner: StepRunner) -> list[float]:
+        """Local momentum SGD (a fresh SGD per phase: the momentum buffer is reset every round); ``z_j``, every
+        model after it (``state["trained"]``)."""
+        losses = super().client_phase(plan, federation, runner)
+        plan.state["trained"] = snapshot_states(federation)  # z_j: before any mixing
+        return losses
+
+    def combine(self, receiver: Client, arrived: list[Client], plan: PeerRound, federation: Federation,
+                runner: StepRunner, ledger: CommunicationLedger) -> None:
+        """Row ``i`` of ``W`` over the models that arrived, the weight of a dropped one kept by the client's own."""
+        i, W, came = receiver.id, plan.state["W"], {c.id for c in arrived}
+        row = {i: W[i, i]}
+        for j in plan.draw[i]:
+            if j in came:
+                row[j] = W[i, j]
+            else:  # dropped: not mixed in, its weight stays with the client's own model
+                row[i] += W[i, j]
+        if len(row) > 1:
+            receiver.set_weights(mix([plan.state["trained"][j] for j in row], list(row.values())))
 
     def draw_graph(self, federation: Federation) -> dict[int, list[int]]:
         """The round's undirected graph: every client draws ``min(N_com, #neighbours)`` distinct topology

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from lit_fl import steps
@@ -13,9 +14,10 @@ from lit_fl.constraints import BatchStatisticsSize, NonNegativeInt, PositiveFloa
 from lit_fl.federation.alpha import AlphaSchedule
 
 if TYPE_CHECKING:
+    from lit_fl.algorithms.peer import PeerRound
     from lit_fl.data.dataset import ImageDataset
     from lit_fl.federation.ledger import CommunicationLedger
-    from lit_fl.federation.state import Federation
+    from lit_fl.federation.state import Client, Federation
     from lit_fl.steps.runner import StepRunner
 
 
@@ -95,29 +97,27 @@ class DFML(DecentralizedAlgorithm):
             if client.peak is None:
                 client.update_peak(0.0)
 
-    def run_round(
-        self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger
-    ) -> RoundResult:
-        gathered = self.gather(round_, federation, runner, ledger)
-        aggregator, senders = gathered.aggregator, gathered.senders
-
-        alpha = self.alpha(round_)
-        mutual_loss = self.mutual_learning(gathered.clients, alpha, federation, runner)
-        noise_extra = {}
+    def combine(self, receiver: Client, arrived: list[Client], plan: PeerRound, federation: Federation,
+                runner: StepRunner, ledger: CommunicationLedger) -> None:
+        """At the aggregator: :meth:`mutual_learning` of the participants that reached it at ``alpha(t)`` (then
+        :meth:`noise_distillation`, when on)."""
+        clients = [receiver, *arrived]
+        alpha = plan.state["alpha"] = self.alpha(plan.round)
+        plan.extra["mutual_loss"] = self.mutual_learning(clients, alpha, federation, runner)
         if self.noise_batches > 0:
-            noise_extra = {"noise_kd_loss": self.noise_distillation(gathered.clients, federation, runner)}
+            plan.extra["noise_kd_loss"] = self.noise_distillation(clients, federation, runner)
 
-        updated = [aggregator]
+    def send_back(self, receiver: Client, plan: PeerRound, federation: Federation,
+                  ledger: CommunicationLedger) -> None:
+        """The models go back (only with ``mutual``); the aggregator's and the returned models' peaks follow the
+        peak rule."""
+        updated = [receiver]
         if self.mutual:
-            updated += self.give_back(federation, ledger, aggregator, senders, gathered.before)
-        self.update_peaks(updated, round_, alpha)
-        return RoundResult(
-            aggregator=aggregator.id,
-            senders=gathered.participants.senders,
-            alpha=alpha,
-            train_loss=gathered.local_loss,
-            extra={"mutual_loss": mutual_loss, **noise_extra},
-        )
+            updated += self.give_back(federation, ledger, receiver, plan.arrived[receiver.id], plan.state["before"])
+        self.update_peaks(updated, plan.round, plan.state["alpha"])
+
+    def round_result(self, plan: PeerRound, federation: Federation) -> RoundResult:
+        return replace(super().round_result(plan, federation), alpha=plan.state["alpha"])
 
     def update_peaks(self, clients: list, round_: int, alpha: float) -> None:
         """The last lines of Algorithm 1: ``if alpha(t) >= alpha_n: peak_n = W_n+, alpha_n = alpha(t)``.

@@ -25,23 +25,32 @@ density ``d`` (:func:`erk_densities`), one random mask per client with ``floor(d
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from lit_fl.algorithms.base import RoundResult, phase_losses
-from lit_fl.algorithms.fedper import snapshot_states
-from lit_fl.algorithms.local import Local
+from lit_fl.algorithms.dispfl_masks import (
+    aggregate,
+    erk_densities,
+    masked_average,
+    parameter_shapes,
+    prune_and_regrow,
+    prune_rate,
+    random_masks,
+    screen_gradients,
+    sparse_payload,
+    updated_mask,
+)
+from lit_fl.algorithms.neighbours import NeighbourAlgorithm, draw_neighbours
+from lit_fl.algorithms.peer import PeerRound, snapshot_states
 from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.algorithms.requirements import ONE_ARCHITECTURE
 from lit_fl.constraints import Fraction, NonNegativeFloat, PositiveInt, UnitInterval
 
 if TYPE_CHECKING:
-    import numpy as np
     from torch import Tensor, nn
 
     from lit_fl.federation.ledger import CommunicationLedger
     from lit_fl.federation.state import Client, Federation
+    from lit_fl.steps.phase import ClientWork
     from lit_fl.steps.runner import StepRunner
 
     State = dict[str, Tensor]
@@ -49,7 +58,7 @@ if TYPE_CHECKING:
 
 
 @register_algorithm
-class DisPFL(Local):
+class DisPFL(NeighbourAlgorithm):
     """DisPFL: personalised sparse masks, per-coordinate averaging among the ``N_com`` neighbours that hold a weight,
     masked local training, then magnitude pruning and gradient regrowth of the mask.
 
@@ -81,6 +90,7 @@ class DisPFL(Local):
     sequence_tasks = False  # masks and its own loss loop are for image models
 
     requires = (ONE_ARCHITECTURE,)  # weights averaged whole between clients
+    trains_first = False  # the round-start sparse models travel; the aggregated model trains
 
     def __init__(
         self,
@@ -92,7 +102,7 @@ class DisPFL(Local):
         same_initial_mask: bool = False,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)  # Local's lr_decay and UA-PDFL's client SGD
+        super().__init__(**kwargs)  # NeighbourAlgorithm's lr_decay and UA-PDFL's client SGD
         self.num_peers = num_peers
         self.density = float(density)
         self.anneal_factor = float(anneal_factor)
@@ -120,53 +130,60 @@ class DisPFL(Local):
                 for name, p in client.model.named_parameters():
                     p.mul_(mask[name].to(device=p.device, dtype=p.dtype))
 
-    def run_round(
-        self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger
-    ) -> RoundResult:
-        snapshot = snapshot_states(federation)  # the round-start sparse models: no chaining
+    # -- the round: the round-start sparse models of the drawn peers, aggregated, masked training, mask update ----
+
+    def plan(self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger) -> PeerRound:
+        """The round-start sparse models and their supports (no chaining) and every client's drawn peers."""
+        snapshot = snapshot_states(federation)
         support = {i: dict(s) for i, s in self.support.items()}
-        peers = self.draw_peers(federation)
-        received = 0
-        for client in federation.clients:
-            i = client.id
-            arrived = [j for j in peers[i] if ledger.send(j, i, sparse_payload(snapshot[j], support[j]))]
-            received += len(arrived)
-            if arrived:
-                sources = [i, *arrived]
-                client.set_weights(aggregate([snapshot[j] for j in sources], [support[j] for j in sources],
-                                             self.masks[i]))
-        optimizer = self.round_optimizer(round_)
-        works = [self.work(c, self.masked_step(c, optimizer), federation, self.local_epochs)
-                 for c in federation.clients]
-        losses = phase_losses(runner.run_phase(works))
-        rate = prune_rate(round_, self.anneal_factor, self.anneal_rounds)
+        plan = super().plan(round_, federation, runner, ledger)
+        plan.state.update(snapshot=snapshot, support=support, received=0)
+        return plan
+
+    def peers(self, round_: int, federation: Federation, ledger: CommunicationLedger) -> dict[int, list[int]]:
+        return self.draw_peers(federation)
+
+    def outgoing(self, source: Client, receiver: Client, plan: PeerRound) -> nn.Module:
+        """The kept values of the source's round-start sparse model (:func:`sparse_payload`)."""
+        return sparse_payload(plan.state["snapshot"][source.id], plan.state["support"][source.id])
+
+    def combine(self, receiver: Client, arrived: list[Client], plan: PeerRound, federation: Federation,
+                runner: StepRunner, ledger: CommunicationLedger) -> None:
+        """:func:`aggregate` of the client's and the arrived peers' models, times the client's mask."""
+        i, snapshot, support = receiver.id, plan.state["snapshot"], plan.state["support"]
+        plan.state["received"] += len(arrived)
+        if arrived:
+            sources = [i, *(c.id for c in arrived)]
+            receiver.set_weights(aggregate([snapshot[j] for j in sources], [support[j] for j in sources],
+                                           self.masks[i]))
+
+    def client_phase(self, plan: PeerRound, federation: Federation, runner: StepRunner) -> list[float]:
+        """Masked local training, then ``s_i = m_i`` and the mask update (:func:`updated_mask`, on the gradients
+        of :func:`screen_gradients`) while the prune rate is above 0."""
+        losses = super().client_phase(plan, federation, runner)
+        rate = prune_rate(plan.round, self.anneal_factor, self.anneal_rounds)
         screened = self.screen_gradients(federation, runner) if rate > 0 else {}
         changed = 0
         for client in federation.clients:  # s_i = m_i (what was trained), then m_i moves
             i = client.id
             self.support[i] = {k: m.clone() for k, m in self.masks[i].items()}
             if i in screened:
-                grads = screened[i]
-                weights = {k: p.detach().cpu() for k, p in client.model.named_parameters()}
-                new = {k: prune_and_regrow(m, weights[k], grads[k].cpu(), rate) for k, m in self.masks[i].items()}
+                new = updated_mask(self.masks[i], client.model, screened[i], rate)
                 changed += sum(int((new[k] != self.masks[i][k]).sum()) for k in new)
                 self.masks[i] = new
         total = sum(m.numel() for mask in self.masks.values() for m in mask.values())
         kept = sum(int(m.sum()) for mask in self.masks.values() for m in mask.values())
-        return self.round_result(federation, losses, optimizer, prune_rate=rate, density=kept / total,
-                                 mask_swaps=changed / (2 * len(self.masks)),
-                                 mean_peers=received / federation.num_clients)
+        plan.extra.update(prune_rate=rate, density=kept / total, mask_swaps=changed / (2 * len(self.masks)),
+                          mean_peers=plan.state["received"] / federation.num_clients)
+        return losses
+
+    def client_work(self, client: Client, plan: PeerRound, federation: Federation) -> ClientWork | None:
+        return self.work(client, self.masked_step(client, plan.state["optimizer"]), federation, self.local_epochs)
 
     def draw_peers(self, federation: Federation) -> dict[int, list[int]]:
         """Every client's ``min(N_com, #neighbours)`` distinct random topology neighbours, drawn from
         ``rng.algorithm`` in client order (the reference's ``cs="random"``, within the topology)."""
-        drawn: dict[int, list[int]] = {}
-        for client in federation.clients:
-            candidates = federation.topology.neighbours(client.id)
-            size = min(self.num_peers, len(candidates))
-            chosen = federation.rng.algorithm.choice(candidates, size=size, replace=False) if size else []
-            drawn[client.id] = [int(p) for p in chosen]
-        return drawn
+        return draw_neighbours(federation, [self.num_peers] * federation.num_clients)
 
     def masked_step(self, client: Client, optimizer: Any) -> Any:
         """The client's masked local training (its mask ``m_i``, in parameter order)."""
@@ -177,22 +194,10 @@ class DisPFL(Local):
                               self.loss, optimizer)
 
     def screen_gradients(self, federation: Federation, runner: StepRunner) -> dict[int, dict[str, Tensor]]:
-        """Every client's (with a train sample) gradient of the loss on one batch (the first of a fresh shuffle,
-        ``rng.data_order``, drawn in client order) at its trained weights, every coordinate, by parameter name (the
-        reference's ``screen_gradients``: the model in eval mode): one phase of
-        :class:`~lit_fl.steps.gradient.GradientWork`."""
-        from lit_fl.steps.gradient import GradientWork
-
-        works: list[GradientWork | None] = []
-        for client in federation.clients:
-            if client.num_train == 0:
-                works.append(None)
-                continue
-            x, y = next(iter(self.batches(federation, client.train_idx, 1)))
-            works.append(GradientWork(client.id, client.model, x, y, client.class_proportions, self.loss))
-        names = [name for name, _ in federation.clients[0].model.named_parameters()]
-        return {work.client: dict(zip(names, result.value))
-                for work, result in zip(works, runner.run_phase(works)) if work is not None}
+        """:func:`~lit_fl.algorithms.dispfl_masks.screen_gradients` on the first batch of a fresh shuffle of every
+        client's train split (``rng.data_order``, client order)."""
+        return screen_gradients(federation.clients, runner,
+                                lambda c: next(iter(self.batches(federation, c.train_idx, 1))), self.loss)
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -206,112 +211,5 @@ class DisPFL(Local):
                         for i, mask in sorted(state["support"].items())}
 
 
-# -- the pieces, each a pure function -----------------------------------------------------------------------------
-
-
-def parameter_shapes(model: nn.Module) -> dict[str, tuple[int, ...]]:
-    """Every parameter's shape, by name (the tensors DisPFL masks: all of ``named_parameters``, as the reference)."""
-    return {name: tuple(p.shape) for name, p in model.named_parameters()}
-
-
-def erk_densities(shapes: Mapping[str, Sequence[int]], density: float, power: float = 1.0) -> dict[str, float]:
-    """Erdos-Renyi-Kernel densities (Evci et al. 2020, as DisPFL's reference code): layer ``l`` keeps
-    ``d_l = eps * r_l`` of its ``n_l`` weights, ``r_l = (sum(shape_l) / n_l)^power``, with ``eps`` such that
-    ``sum_l d_l n_l = density * sum_l n_l``; a layer whose ``d_l`` would exceed 1 is dense (``d_l = 1``) and ``eps``
-    is solved again over the others (the layers of the largest ``r_l`` first)."""
-    sizes = {name: math.prod(shape) for name, shape in shapes.items()}
-    raw = {name: (sum(shape) / sizes[name]) ** power for name, shape in shapes.items()}
-    dense: set[str] = set()
-    while True:
-        sparse = [n for n in shapes if n not in dense]
-        if not sparse:
-            return dict.fromkeys(shapes, 1.0)
-        rhs = density * sum(sizes[n] for n in sparse) - (1 - density) * sum(sizes[n] for n in dense)
-        eps = rhs / sum(raw[n] * sizes[n] for n in sparse)
-        largest = max(raw[n] for n in sparse)
-        if eps * largest <= 1:
-            return {n: 1.0 if n in dense else eps * raw[n] for n in shapes}
-        dense.update(n for n in sparse if raw[n] == largest)
-
-
-def random_masks(
-    shapes: Mapping[str, Sequence[int]], densities: Mapping[str, float], generator: np.random.Generator
-) -> dict[str, Tensor]:
-    """One bool mask per layer with ``floor(d_l * n_l)`` ones at positions drawn without replacement from
-    ``generator`` (in layer order)."""
-    import torch
-
-    masks = {}
-    for name, shape in shapes.items():
-        n = math.prod(shape)
-        flat = torch.zeros(n, dtype=torch.bool)
-        keep = int(densities[name] * n)
-        if keep > 0:
-            flat[torch.from_numpy(generator.permutation(n)[:keep])] = True
-        masks[name] = flat.reshape(tuple(shape))
-    return masks
-
-
-def masked_average(states: Sequence[State], supports: Sequence[Mapping[str, Tensor]]) -> State:
-    """Per coordinate, the mean of the values of the states whose support holds it (0 where none does); entries
-    without a support (buffers) are dense: the mean of all floating-point ones, the first state's integer ones.
-    Accumulated in float64, stored in the entry's dtype."""
-    import torch
-
-    out = {}
-    for key, value in states[0].items():
-        if key in supports[0]:
-            device = value.device
-            total = sum(s[key].to(torch.float64) * m[key].to(device, torch.float64) for s, m in zip(states, supports))
-            count = sum(m[key].to(device, torch.float64) for m in supports)
-            out[key] = torch.where(count > 0, total / count.clamp(min=1), torch.zeros_like(total)).to(value.dtype)
-        elif value.is_floating_point():
-            out[key] = (sum(s[key].to(torch.float64) for s in states) / len(states)).to(value.dtype)
-        else:
-            out[key] = value.clone()
-    return out
-
-
-def aggregate(states: Sequence[State], supports: Sequence[Mapping[str, Tensor]], mask: Mapping[str, Tensor]) -> State:
-    """DisPFL's aggregation of a client (``states[0]``, its own) with its neighbours: :func:`masked_average`, then
-    times the client's own mask ``mask`` (a coordinate held by no neighbour keeps the client's own value)."""
-    out = masked_average(states, supports)
-    for key, m in mask.items():
-        out[key] = out[key] * m.to(out[key].device, out[key].dtype)
-    return out
-
-
-def prune_rate(round_: int, anneal_factor: float, anneal_rounds: int) -> float:
-    """``alpha_k = alpha/2 (1 + cos(pi t / T))``, ``t = min(k - 1, T)``: ``alpha`` in round 1, 0 from round
-    ``T + 1`` on (the reference's ``cosine_annealing`` with its 0-based round)."""
-    t = min(round_ - 1, anneal_rounds)
-    return anneal_factor / 2 * (1 + math.cos(math.pi * t / anneal_rounds))
-
-
-def prune_and_regrow(mask: Tensor, weight: Tensor, grad: Tensor, rate: float) -> Tensor:
-    """One layer's mask update: ``r = ceil(rate * nnz)``; the ``r`` active weights of smallest ``|weight|`` leave
-    the mask, then the ``r`` inactive coordinates (those just pruned included) of largest ``|grad|`` join it. The
-    number of ones is unchanged. Ties go to the lower flat index (stable sorts)."""
-    import torch
-
-    flat = mask.reshape(-1).to(torch.bool)
-    r = math.ceil(rate * int(flat.sum()))
-    if r == 0:
-        return mask.clone()
-    new = flat.clone()
-    magnitude = torch.where(flat, weight.reshape(-1).abs().to(torch.float64), torch.full_like(flat, math.inf,
-                                                                                              dtype=torch.float64))
-    new[torch.sort(magnitude, stable=True).indices[:r]] = False
-    score = torch.where(new, torch.full_like(flat, -math.inf, dtype=torch.float64),
-                        grad.reshape(-1).abs().to(torch.float64))
-    new[torch.sort(score, descending=True, stable=True).indices[:r]] = True
-    return new.reshape(mask.shape).to(mask.dtype)
-
-
-def sparse_payload(state: State, support: Mapping[str, Tensor]) -> nn.Module:
-    """What a client sends: the values its support keeps (each masked entry as a 1-D tensor of its kept values) and
-    its dense buffers; the ledger counts their bytes (the positions, a bitmap, are not counted: the reference
-    counts only the non-zero parameters)."""
-    from lit_fl.federation.ledger import Payload
-
-    return Payload([value[support[key].to(value.device)] if key in support else value for key, value in state.items()])
+__all__ = ["DisPFL", "aggregate", "erk_densities", "masked_average", "prune_and_regrow", "prune_rate",
+           "random_masks"]

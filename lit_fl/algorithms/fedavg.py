@@ -6,12 +6,12 @@ from collections import defaultdict
 from typing import TYPE_CHECKING
 
 from lit_fl import steps
-from lit_fl.algorithms.base import RoundResult
 from lit_fl.algorithms.decentralized import DecentralizedAlgorithm
 from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.algorithms.settings import DFML_CLIENTS
 
 if TYPE_CHECKING:
+    from lit_fl.algorithms.peer import PeerRound
     from lit_fl.federation.ledger import CommunicationLedger
     from lit_fl.federation.state import Client, Federation
     from lit_fl.steps.runner import StepRunner
@@ -33,17 +33,10 @@ class DecentralizedFedAvg(DecentralizedAlgorithm):
     sequence_tasks = True  # learns from logits alone: runs on token sequences (lit_fl.data.tokens)
     client_defaults = DFML_CLIENTS  # WSM, as DFML
 
-    def run_round(
-        self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger
-    ) -> RoundResult:
-        round_state = self.gather(round_, federation, runner, ledger)
-        self.aggregate(round_, federation, round_state.clients)
-        self.give_back(federation, ledger, round_state.aggregator, round_state.senders, round_state.before)
-        return RoundResult(
-            aggregator=round_state.aggregator.id,
-            senders=round_state.participants.senders,
-            train_loss=round_state.local_loss,
-        )
+    def combine(self, receiver: Client, arrived: list[Client], plan: PeerRound, federation: Federation,
+                runner: StepRunner, ledger: CommunicationLedger) -> None:
+        """The aggregator averages the models that reached it (:meth:`aggregate`)."""
+        self.aggregate(plan.round, federation, [receiver, *arrived])
 
     def aggregate(self, round_: int, federation: Federation, clients: list[Client]) -> None:
         """At the aggregator: every same-architecture cluster of ``clients`` gets its Eq. 5 average."""

@@ -14,15 +14,15 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from lit_fl import steps
-from lit_fl.algorithms.base import RoundResult, phase_losses
-from lit_fl.algorithms.local import Local
+from lit_fl.algorithms.neighbours import NeighbourAlgorithm, data_sizes, draw_neighbours
+from lit_fl.algorithms.peer import PeerRound, snapshot_states
 from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.algorithms.requirements import ONE_ARCHITECTURE
 from lit_fl.algorithms.unit_representation import ModelSplit
 from lit_fl.constraints import PositiveInt
 
 if TYPE_CHECKING:
-    from torch import Tensor
+    from torch import Tensor, nn
 
     from lit_fl.federation.ledger import CommunicationLedger
     from lit_fl.federation.state import Client, Federation
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 
 @register_algorithm
-class FedPer(Local):
+class FedPer(NeighbourAlgorithm):
     """Decentralized FedPer: average ``g`` over self + ``N_com`` peers (data-size weighted), keep own ``h``.
 
     All clients need the same architecture (a clear error says so otherwise). A peer that fails
@@ -45,7 +45,8 @@ class FedPer(Local):
             ``g``); ``None`` = the final classifier block of the architecture (``classifier`` for lit-fl's
             CNN and ResNet18). E.g. ``[pre_logits, head]`` puts all fully connected layers of
             ``timm:vgg11`` in ``h``, as UA-PDFL sec. 5.1.1 does for VGG11.
-        **kwargs: the training setup of :class:`Local` (lr 0.05 decayed 0.95 per round, momentum 0.5, ...).
+        **kwargs: UA-PDFL's training setup of :class:`~lit_fl.algorithms.neighbours.NeighbourAlgorithm` (lr 0.05
+            decayed 0.95 per round, momentum 0.5, ...).
     """
 
     #: UA-PDFL secs. 5.2-5.4 (Tables 1-5): final test accuracy averaged over clients, each on its own data
@@ -54,6 +55,7 @@ class FedPer(Local):
     sequence_tasks = False  # its classifier split is defined for the image families
 
     requires = (ONE_ARCHITECTURE,)  # weights averaged whole between clients
+    trains_first = False  # the round-start weights travel; the combined model trains
 
     def __init__(self, num_peers: PositiveInt = 5, classifier_modules: list[str] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -70,23 +72,32 @@ class FedPer(Local):
         """Split the keys of the clients' one architecture into ``g`` and ``h``."""
         self.feature_keys, self.classifier_keys = self.split.keys(federation.clients[0].model)
 
-    def run_round(
-        self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger
-    ) -> RoundResult:
+    # -- the round: the round-start weights of the reachable peers, combined, then local training -------------
+
+    def plan(self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger) -> PeerRound:
+        """The round-start weights (``state["snapshot"]``: no chaining) and every client's queue
+        (:meth:`draw_queues`)."""
         if not self.feature_keys:
             self.prepare(federation)
         snapshot = snapshot_states(federation)
-        queues = self.draw_queues(federation, ledger)
-        for client in federation.clients:
-            peers = queues[client.id]
-            if not peers:
-                continue
-            for peer in peers:
-                self.receive(ledger, peer, client, snapshot[peer], self.feature_keys)
-            client.set_weights(self.merge(federation, snapshot, client, [client.id, *peers], [client.id]))
-        optimizer = self.round_optimizer(round_)
-        works = [self.work(c, self.local_step(c, optimizer), federation, self.local_epochs) for c in federation.clients]
-        return self.round_result(federation, phase_losses(runner.run_phase(works)), optimizer)
+        plan = super().plan(round_, federation, runner, ledger)
+        plan.state["snapshot"] = snapshot
+        return plan
+
+    def peers(self, round_: int, federation: Federation, ledger: CommunicationLedger) -> dict[int, list[int]]:
+        return self.draw_queues(federation, ledger)
+
+    def outgoing(self, source: Client, receiver: Client, plan: PeerRound) -> nn.Module:
+        """A peer sends the entries of ``g`` of its round-start weights."""
+        return payload(plan.state["snapshot"][source.id], self.feature_keys)
+
+    def combine(self, receiver: Client, arrived: list[Client], plan: PeerRound, federation: Federation,
+                runner: StepRunner, ledger: CommunicationLedger) -> None:
+        """``g``: the data-size weighted average over the client and its peers; ``h``: the client's own."""
+        if arrived:
+            peers = [c.id for c in arrived]
+            receiver.set_weights(self.merge(federation, plan.state["snapshot"], receiver, [receiver.id, *peers],
+                                            [receiver.id]))
 
     # -- peer-to-peer machinery shared with UA-PDFL -----------------------------------------------------------
 
@@ -94,21 +105,8 @@ class FedPer(Local):
         """Queue ``Q_i`` of every client: ``min(N_com, #neighbours)`` distinct random neighbours, drawn from
         ``rng.algorithm`` in client order; peers that do not reach the client this round (the ledger's
         ``faults.drop_prob``) are left out."""
-        queues: dict[int, list[int]] = {}
-        for client in federation.clients:
-            neighbours = federation.topology.neighbours(client.id)
-            size = min(self.num_peers, len(neighbours))
-            drawn = federation.rng.algorithm.choice(neighbours, size=size, replace=False) if size else []
-            queues[client.id] = [int(p) for p in drawn if ledger.reaches(int(p), client.id)]
-        return queues
-
-    def receive(
-        self, ledger: CommunicationLedger, peer: int, client: Client, state: State, keys: Sequence[str]
-    ) -> None:
-        """``peer`` sends the entries ``keys`` of its (round-start) weights to ``client``: ledger traffic."""
-        from lit_fl.federation.ledger import Payload
-
-        ledger.send(peer, client.id, Payload([state[k] for k in keys]))
+        drawn = draw_neighbours(federation, [self.num_peers] * federation.num_clients)
+        return {i: [p for p in peers if ledger.reaches(p, i)] for i, peers in drawn.items()}
 
     def merge(
         self,
@@ -129,13 +127,8 @@ class FedPer(Local):
         return state
 
 
-def snapshot_states(federation: Federation) -> dict[int, State]:
-    """Every client's weights at the start of the round (detached copies), so that models replaced or
-    averaged earlier in the round are never read by a later client (no chaining)."""
-    return {c.id: {k: v.detach().clone() for k, v in c.model.state_dict().items()} for c in federation.clients}
+def payload(state: State, keys: Sequence[str]) -> nn.Module:
+    """The entries ``keys`` of a client's weights, as they travel (ledger traffic)."""
+    from lit_fl.federation.ledger import Payload
 
-
-def data_sizes(federation: Federation, clients: Sequence[int]) -> list[float]:
-    """``|D_u|`` weights of Algorithm 2 (train-split sizes); equal weights if all of them are empty."""
-    sizes = [float(federation.clients[c].num_train) for c in clients]
-    return sizes if sum(sizes) > 0 else [1.0] * len(sizes)
+    return Payload([state[k] for k in keys])

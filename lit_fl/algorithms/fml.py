@@ -15,7 +15,6 @@ import copy
 from typing import TYPE_CHECKING, Any
 
 from lit_fl import steps
-from lit_fl.algorithms.base import RoundResult, nanmean, phase_losses
 from lit_fl.algorithms.decentralized import DecentralizedAlgorithm
 from lit_fl.algorithms.global_model import memory_format
 from lit_fl.algorithms.registry import register_algorithm
@@ -25,7 +24,9 @@ from lit_fl.models import create_model, num_parameters
 
 if TYPE_CHECKING:
     import torch
+    from torch import nn
 
+    from lit_fl.algorithms.peer import PeerRound
     from lit_fl.federation.ledger import CommunicationLedger
     from lit_fl.federation.state import Client, Federation
     from lit_fl.steps.phase import ClientWork
@@ -83,28 +84,27 @@ class DecentralizedFML(DecentralizedAlgorithm):
             if MEME not in client.extras:
                 client.extras[MEME] = copy.deepcopy(meme)
 
-    def run_round(
-        self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger
-    ) -> RoundResult:
-        participants = self.select(round_, federation)
-        aggregator = federation.clients[participants.aggregator]
-        selected = [federation.clients[n] for n in participants.senders]
-        works = [self.mutual_work(c, federation) for c in [aggregator, *selected]]
-        losses = phase_losses(runner.run_phase(works))
-        senders = self.send(federation, ledger, aggregator, selected, [c.extras[MEME] for c in selected])
-        before = self.snapshot_for_returns(federation, senders, [c.extras[MEME] for c in senders])
-        cluster = [aggregator, *senders]
+    def client_work(self, client: Client, plan: PeerRound, federation: Federation) -> ClientWork | None:
+        """Every participant's :meth:`mutual_work`."""
+        return self.mutual_work(client, federation)
+
+    def outgoing(self, source: Client, receiver: Client, plan: PeerRound) -> nn.Module:
+        """The senders send their memes (the heterogeneous models never leave their client)."""
+        return source.extras[MEME]
+
+    def combine(self, receiver: Client, arrived: list[Client], plan: PeerRound, federation: Federation,
+                runner: StepRunner, ledger: CommunicationLedger) -> None:
+        """The aggregator averages the memes that reached it by sample count (Eq. 5); every one of them takes it."""
+        cluster = [receiver, *arrived]
         average = steps.weighted_average([c.extras[MEME].state_dict() for c in cluster], [c.num_train for c in cluster])
         for client in cluster:
             set_meme(client, average)
-        self.give_back(
-            federation, ledger, aggregator, senders, before, [c.extras[MEME] for c in senders], restore=set_meme
-        )
-        return RoundResult(
-            aggregator=aggregator.id,
-            senders=participants.senders,
-            train_loss=nanmean(losses),
-        )
+
+    def send_back(self, receiver: Client, plan: PeerRound, federation: Federation,
+                  ledger: CommunicationLedger) -> None:
+        senders = plan.arrived[receiver.id]
+        self.give_back(federation, ledger, receiver, senders, plan.state["before"], [c.extras[MEME] for c in senders],
+                       restore=set_meme)
 
     def mutual_work(self, client: Client, federation: Federation) -> ClientWork | None:
         """Deep mutual learning between the client's heterogeneous model and its meme on its own data."""

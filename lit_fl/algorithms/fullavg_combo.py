@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     import torch
     from torch import Tensor, nn
 
+    from lit_fl.algorithms.peer import PeerRound
     from lit_fl.federation.ledger import CommunicationLedger
     from lit_fl.federation.state import Client, Federation
     from lit_fl.steps.phase import ClientWork
@@ -105,10 +106,10 @@ class Combo(PairwiseExchange):
     #: Def-KT sec. IV-C (Figs. 4-6 a-c): averaged global accuracy of all clients' models (local_acc: Figs. d)
     reports = "global_acc"
 
-    def outgoing(self, sender: Client) -> nn.Module:
+    def outgoing(self, source: Client, receiver: Client, plan: PeerRound) -> nn.Module:
         from lit_fl.federation.ledger import Payload
 
-        state = sender.model.state_dict()
+        state = source.model.state_dict()
         keys = segment_keys(state)
         vector = flatten(state, keys)
         return Payload([vector[split_point(len(vector)) :].to(wire_dtype(state, keys))])  # one flat segment

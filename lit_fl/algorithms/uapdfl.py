@@ -39,18 +39,19 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from lit_fl import steps
-from lit_fl.algorithms.base import RoundResult, phase_losses
-from lit_fl.algorithms.fedper import FedPer, snapshot_states
+from lit_fl.algorithms.fedper import FedPer, payload
 from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.algorithms.unit_representation import pair_divergences, unit_input, unit_representations
 from lit_fl.constraints import NonNegativeFloat, OpenUnitInterval
 from lit_fl.steps.optim import SGDConfig
 
 if TYPE_CHECKING:
-    from torch import Tensor
+    from torch import Tensor, nn
 
+    from lit_fl.algorithms.peer import PeerRound
     from lit_fl.federation.ledger import CommunicationLedger
     from lit_fl.federation.state import Client, Federation
+    from lit_fl.steps.phase import ClientWork
     from lit_fl.steps.runner import StepRunner
 
 
@@ -68,8 +69,8 @@ class UAPDFL(FedPer):
             its WHOLE model with all its peers (no personalised layers).
         eps: clamp of the probabilities inside the KL divergences.
         **kwargs: ``num_peers`` (N_com, 5) and ``classifier_modules`` of :class:`FedPer`; the training setup of
-            :class:`Local` (``lr`` 0.05, ``lr_decay`` 0.95 per round, ``momentum`` 0.5, ``batch_size`` 50,
-            ``local_epochs`` 1, ``loss`` ce, ``weight_decay`` 0).
+            :class:`~lit_fl.algorithms.neighbours.NeighbourAlgorithm` (``lr`` 0.05, ``lr_decay`` 0.95 per round,
+            ``momentum`` 0.5, ``batch_size`` 50, ``local_epochs`` 1, ``loss`` ce, ``weight_decay`` 0).
     """
 
     #: UA-PDFL secs. 5.2-5.4 (Tables 1-5): final test accuracy averaged over the personalized clients' own data
@@ -105,20 +106,21 @@ class UAPDFL(FedPer):
         """``(I, I_aux)`` of every client's current model (Eq. 5 and 11), one predict phase."""
         return unit_representations(runner, {c.id: c.model for c in federation.clients}, x_unit, self.split)
 
-    def run_round(
-        self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger
-    ) -> RoundResult:
+    def plan(self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger) -> PeerRound:
+        """FedPer's plan, with every client's ``(I, I_aux)`` at the round's start and its decision (sec. 3.3-3.4):
+        a dropout receives one random peer's whole model, otherwise every peer sends ``g`` and the close ones
+        ``h`` too."""
         if not self.feature_keys:
             self.prepare(federation)
         x_unit = self.make_unit_input(federation)
         reps = self.representations(federation, runner, x_unit)
-        snapshot = snapshot_states(federation)
-        queues = self.draw_queues(federation, ledger)
-        dropouts = personalised = merged_classifiers = 0
-        divergences: list[float] = []
-        all_keys = [*self.feature_keys, *self.classifier_keys]
+        plan = super().plan(round_, federation, runner, ledger)
+        queues: dict[int, list[int]] = plan.draw
         pairs = [(c.id, p) for c in federation.clients for p in queues[c.id]]
         values = iter(pair_divergences({n: rep for n, (rep, _) in reps.items()}, pairs, self.eps))
+        dropouts: dict[int, int] = {}  # client -> the peer whose model it takes
+        close_peers: dict[int, list[int]] = {}
+        divergences: list[float] = []
         for client in federation.clients:
             peers = queues[client.id]
             if not peers:  # no neighbour reachable this round: keep the model, train alone
@@ -126,29 +128,40 @@ class UAPDFL(FedPer):
             divs = [next(values) for _ in peers]  # Eq. 6 for every peer
             divergences += divs
             if self.client_dropout and all(d <= self.threshold for d in divs):
-                chosen = peers[int(federation.rng.algorithm.integers(len(peers)))]
-                self.receive(ledger, chosen, client, snapshot[chosen], all_keys)
-                client.set_weights(snapshot[chosen])
-                dropouts += 1
+                dropouts[client.id] = peers[int(federation.rng.algorithm.integers(len(peers)))]
                 continue
             close = [p for p, d in zip(peers, divs) if d < self.threshold or not self.layer_wise]
-            for peer in peers:
-                self.receive(ledger, peer, client, snapshot[peer], all_keys if peer in close else self.feature_keys)
-            client.set_weights(self.merge(federation, snapshot, client, [client.id, *peers], [client.id, *close]))
-            personalised += int(self.layer_wise)
-            merged_classifiers += len(close)
-        optimizer = self.round_optimizer(round_)
-        works = [self.work(c, self.aux_step(c, optimizer, x_unit, reps, queues[c.id]), federation, self.local_epochs)
-                 for c in federation.clients]
-        return self.round_result(
-            federation,
-            phase_losses(runner.run_phase(works)),
-            optimizer,
-            client_dropouts=dropouts,
-            personalised_classifiers=personalised,
-            merged_classifiers=merged_classifiers,
-            mean_divergence=sum(divergences) / len(divergences) if divergences else math.nan,
-        )
+            close_peers[client.id] = close
+        plan.incoming = [(c, [federation.clients[dropouts[c.id]]] if c.id in dropouts else sources)
+                         for c, sources in plan.incoming]
+        personalised = int(self.layer_wise) * len(close_peers)
+        plan.extra.update(client_dropouts=len(dropouts), personalised_classifiers=personalised,
+                          merged_classifiers=sum(len(c) for c in close_peers.values()),
+                          mean_divergence=sum(divergences) / len(divergences) if divergences else math.nan)
+        plan.state.update(x_unit=x_unit, reps=reps, dropouts=dropouts, close=close_peers)
+        return plan
+
+    def outgoing(self, source: Client, receiver: Client, plan: PeerRound) -> nn.Module:
+        """The whole model to a dropout and from a close peer; ``g`` alone otherwise."""
+        whole = receiver.id in plan.state["dropouts"] or source.id in plan.state["close"][receiver.id]
+        keys = [*self.feature_keys, *self.classifier_keys] if whole else self.feature_keys
+        return payload(plan.state["snapshot"][source.id], keys)
+
+    def combine(self, receiver: Client, arrived: list[Client], plan: PeerRound, federation: Federation,
+                runner: StepRunner, ledger: CommunicationLedger) -> None:
+        """A dropout takes the peer's model; otherwise ``g`` from every peer, ``h`` from the close ones."""
+        snapshot, i = plan.state["snapshot"], receiver.id
+        if i in plan.state["dropouts"]:
+            receiver.set_weights(snapshot[plan.state["dropouts"][i]])
+        elif i in plan.state["close"]:
+            peers = [c.id for c in arrived]
+            receiver.set_weights(self.merge(federation, snapshot, receiver, [i, *peers], [i, *plan.state["close"][i]]))
+
+    def client_work(self, client: Client, plan: PeerRound, federation: Federation) -> ClientWork | None:
+        """Eq. 12's local training (:meth:`aux_step`) at the round's lr."""
+        step = self.aux_step(client, plan.state["optimizer"], plan.state["x_unit"], plan.state["reps"],
+                             plan.draw[client.id])
+        return self.work(client, step, federation, self.local_epochs)
 
     def aux_step(
         self,
