@@ -27,9 +27,12 @@ from lit_fl.algorithms.fullavg_combo import Combo, FullAvg
 from lit_fl.algorithms.ktpfl import KTpFL
 from lit_fl.algorithms.local import Local
 from lit_fl.algorithms.merged_codist import MergedCodist
+from lit_fl.algorithms.neighbours import NeighbourAlgorithm
 from lit_fl.algorithms.partial_training import FederatedDropout, FedRolex, HeteroFL
+from lit_fl.algorithms.peer import PeerAlgorithm, PeerRound
 from lit_fl.algorithms.periodic_codist import PeriodicCodist
 from lit_fl.algorithms.scaffold import SCAFFOLD
+from lit_fl.algorithms.server import ServerAlgorithm
 from lit_fl.algorithms.server_fedavg import ServerFedAvg
 from lit_fl.algorithms.server_fedprox import ServerFedProx
 from lit_fl.algorithms.uapdfl import UAPDFL
@@ -60,6 +63,10 @@ __all__ = [
     "HeteroFL",
     "KTpFL",
     "Local",
+    "NeighbourAlgorithm",
+    "PeerAlgorithm",
+    "PeerRound",
+    "ServerAlgorithm",
     "MergedCodist",
     "PeriodicCodist",
     "RoundResult",
