@@ -272,3 +272,24 @@ def test_stopped_sweep_completes_with_no_run_repeated_or_lost(tmp_path: Path) ->
             assert [r[key] for r in rows] == [r[key] for r in reference], (name, key)
     again = _run_sweep(sweep, stopped, timeout=120)
     assert again.returncode == 0 and "3 of 3 runs already completed: skipped" in again.stdout
+
+
+def test_jobs_above_the_work_or_the_cores_clamp_to_what_can_run_and_say_so(tmp_path: Path) -> None:
+    """``--jobs 1000000000`` on a sweep with nothing left built a slot per job (still running after 40 s)."""
+    from lit_fl.suite.manifest import Manifest, SweepRun
+    from lit_fl.suite.runner import jobs_that_run, run_sweep
+
+    said: list[str] = []
+    assert jobs_that_run(10**9, 3, said.append) == min(3, os.cpu_count() or 1)
+    assert said == [f"--jobs 1000000000: {min(3, os.cpu_count() or 1)} at once (3 runs to do on "
+                    f"{os.cpu_count() or 1} CPU cores)"]
+    said.clear()
+    assert jobs_that_run(1, 3, said.append) == 1 and said == []  # nothing clamped: nothing said
+    run = SweepRun(name="000-x", params={}, command=["lit-fl", "fit"], status="completed", run_dir="runs/000-x")
+    (tmp_path / "runs" / "000-x").mkdir(parents=True)
+    (tmp_path / "runs" / "000-x" / "summary.json").write_text(json.dumps({"status": "completed"}))
+    manifest = Manifest(sweep="s", method="grid", metric={}, file="s.yaml", runs=[run])
+    started = time.monotonic()
+    assert run_sweep(tmp_path, manifest, jobs=10**9, report=said.append) == 0
+    assert time.monotonic() - started < 5
+    assert said[0] == "1 of 1 runs already completed: skipped"

@@ -44,6 +44,16 @@ def slots(jobs: int) -> list[Slot]:
     return [Slot(threads, gpus[i % len(gpus)] if gpus else None) for i in range(jobs)]
 
 
+def jobs_that_run(jobs: int, runs: int, report: Callable[[str], None]) -> int:
+    """``--jobs`` clamped to what can run at once: no more than the runs left, nor than the CPU cores (a process
+    needs a core); said in one line when it clamps."""
+    cores = os.cpu_count() or 1
+    can = max(1, min(jobs, runs, cores))
+    if can < jobs:
+        report(f"--jobs {jobs}: {can} at once ({runs} run{'s' * (runs != 1)} to do on {cores} CPU cores)")
+    return can
+
+
 def visible_gpus() -> list[str]:
     """GPU ids from CUDA_VISIBLE_DEVICES, else from ``nvidia-smi -L`` (no torch import), else none."""
     if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
@@ -85,7 +95,7 @@ def run_sweep(
     done = len(manifest.runs) - len(todo)
     if done:
         report(f"{done} of {len(manifest.runs)} runs already completed: skipped")
-    free = slots(jobs)
+    free = slots(jobs_that_run(jobs, len(todo), report))
     running: dict[subprocess.Popen, tuple[SweepRun, Slot, float]] = {}
     stopping = False
     while todo or running:
