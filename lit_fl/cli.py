@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Sequence
+from contextlib import nullcontext
 from typing import Any
 
 from lit_fl import stop_signals
@@ -26,10 +27,20 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+#: the commands that stop at safe points from their first instruction (``fit``: after the running round, with a
+#: checkpoint); the others end at once on a stop signal, but for the blocks they mark (a sweep's runs)
+SAFE_POINTS = ("fit",)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    with stop_signals.handled():  # from the first instruction: a signal stops the command at its next safe point
+    args = list(sys.argv[1:] if argv is None else argv)
+    safe = stop_signals.safe_points() if args[:1] and args[0] in SAFE_POINTS else nullcontext()
+    with stop_signals.handled(), safe:  # from the first instruction
         try:
-            return _dispatch(list(sys.argv[1:] if argv is None else argv))
+            return _dispatch(args)
+        except stop_signals.Stopped as stop:  # a command without safe points: it ends at once
+            print(f"lit-fl: stopped ({stop.name})", file=sys.stderr)
+            return stop.status
         except KeyboardInterrupt:  # a second signal: abort at once, one line, never a traceback
             print("lit-fl: aborted", file=sys.stderr)
             return 130

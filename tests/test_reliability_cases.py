@@ -297,3 +297,21 @@ def test_a_second_signal_aborts_with_one_line_and_a_closed_pipe_ends_quietly(cfg
     assert result.stdout.startswith("000-"), result.stdout
     assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr, result.stderr
     assert result.stderr.strip().splitlines() == ["planning 3,000 runs of piped (grid) ..."]
+
+
+def test_a_signal_ends_a_command_without_safe_points_at_once_with_one_line(tmp_path: Path) -> None:
+    """Issue 37: a sweep's planning (and compare) recorded SIGTERM for a safe point they do not have, and ran on."""
+    write_config(tmp_path / "tiny.yaml", tiny_config("DecentralizedFedAvg", rounds=1))
+    sweep = {"program": "lit-fl", "name": "big", "method": "grid",
+             "parameters": {"config": {"value": str(tmp_path / "tiny.yaml")}, "seed": {"values": list(range(10**6))}}}
+    path = write_config(tmp_path / "big.yaml", sweep)
+    for signum, status in ((signal.SIGTERM, 143), (signal.SIGINT, 130)):
+        process = _popen("sweep", path, "--dry-run", "--run_dir", tmp_path / "runs")
+        _signal_when(process, signum, lambda p=process: _catches(p.pid, signal.SIGTERM))
+        started = time.monotonic()
+        rc, err = process.wait(timeout=60), process.stderr.read()
+        assert time.monotonic() - started < 10, err  # at once, not after planning a million runs
+        assert rc == status, (rc, err)
+        assert _error_lines(err) == [f"lit-fl: stopped ({signal.Signals(signum).name})"], err
+        assert "Traceback" not in err
+        assert not (tmp_path / "runs").exists()

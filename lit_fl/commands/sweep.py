@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from lit_fl import stop_signals
 from lit_fl.errors import ConfigError
 
 
@@ -71,7 +72,8 @@ def sweep(args: argparse.Namespace, rest: list[str]) -> int:
 
     with writer_lock(sweep_dir, "sweep", "give another --run_dir"):  # one `lit-fl sweep` per sweep folder
         _write_sweep_dir(sweep_dir, sweep_file, manifest)
-        rc = run_sweep(sweep_dir, manifest, args.jobs)
+        with stop_signals.safe_points():  # planning stops at once; running runs finish their round
+            rc = run_sweep(sweep_dir, manifest, args.jobs)
     completed = sum(run.status == "completed" for run in manifest.runs)
     print(f"sweep {manifest.sweep}: {completed}/{len(manifest.runs)} runs completed -> {sweep_dir}")
     if rc == 0:
