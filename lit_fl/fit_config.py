@@ -17,6 +17,10 @@ from jsonargparse import ActionConfigFile, ArgumentParser, Namespace
 from lit_fl.configs import resolve_config
 from lit_fl.errors import ConfigError
 from lit_fl.experiment import Experiment
+from lit_fl.file_schema import FileSchema
+
+#: what ``--resume`` names: a folder ``lit-fl fit`` wrote
+RUN_FOLDER = FileSchema("a run directory written by lit-fl fit (runs/NAME, holding config.yaml)", key="--resume")
 
 
 def fit_parser() -> ArgumentParser:
@@ -91,9 +95,15 @@ def with_run_config(argv: list[str]) -> list[str]:
     from lit_fl.run_dir import RunDir
 
     run = _option_value(argv, "--resume")
-    if not run or not RunDir(Path(run)).config.is_file():
+    if not run:
         return argv
-    stored = RunDir(Path(run)).read_config()  # a damaged config.yaml: one ConfigError line naming it
+    folder = RunDir(Path(run))
+    RUN_FOLDER.require(run, folder.path.is_dir(), "not a run directory (no such folder)")
+    if not folder.config.is_file():  # a run stopped before its config.yaml was written takes the config given
+        RUN_FOLDER.require(run, folder.has_checkpoint() or folder.started_here(),
+                           "not a run directory (it holds neither a config.yaml nor a checkpoint)")
+        return argv
+    stored = folder.read_config()  # a damaged config.yaml: one ConfigError line naming it
     stored.pop("trainer", None)
     return ["--config", yaml.safe_dump(stored, sort_keys=False), *argv]
 
