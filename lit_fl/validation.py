@@ -7,6 +7,7 @@ the dotted key and what is allowed.
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import re
@@ -83,8 +84,8 @@ def check_output_folder(folder: Path, key: str) -> None:
         problem = None if folder.is_dir() else "exists and is not a folder"
     except FileNotFoundError:
         problem = "is a link to nothing (a broken symlink)" if os.path.islink(folder) else None
-    except OSError as err:  # ELOOP: a symlink loop; ENOTDIR: a file on the way
-        problem = f"cannot be used ({err.strerror})"
+    except OSError as err:  # ELOOP: a symlink loop (a file on the way, ENOTDIR: "not a writable folder" below)
+        problem = f"cannot be used ({err.strerror})" if err.errno == errno.ELOOP else None
     if problem is not None:
         raise ConfigError(f"{key}: {folder} {problem}; allowed: a folder, or a path where one can be created")
     parent = folder
