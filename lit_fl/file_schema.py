@@ -133,23 +133,28 @@ class FileSchema:
             self.refuse(path, f"{said} ({type(err).__name__}{': ' if reason else ''}{reason})")
 
     def read_text(self, path: str | Path, name: str | None = None, may_be_absent: bool = False) -> str:
-        """The file's text; a file that is not UTF-8 or cannot be read is the file's one line, naming it ``name``
-        (default: its path); ``may_be_absent``: a missing file raises :class:`FileNotFoundError` for the caller.
-        Only a regular file of at most :data:`MAX_TEXT_BYTES` is read (:meth:`regular`), or the pipe of a process
-        substitution (``--config <(cat tiny.yaml)``: ``/dev/fd/N``), read once and bounded the same way."""
+        """The file's text (:meth:`read_bytes`); a file that is not UTF-8 is the file's one line."""
+        data = self.read_bytes(path, name, may_be_absent)
         with self.reading(name or path, (UnicodeDecodeError,), "not a text file"):
-            try:
-                size = self.regular(path, name, pipe_ok=True)
-                with open(path, "rb") as handle:  # a regular file or an anonymous pipe: opening never blocks
-                    data = handle.read(MAX_TEXT_BYTES + 1)
-                self.require(name or path, len(data) <= MAX_TEXT_BYTES, _too_large(max(size, len(data))))
-                return data.decode()
-            except FileNotFoundError:
-                if may_be_absent:
-                    raise
-                self.refuse(name or path, "cannot be read (No such file or directory)")
-            except OSError as err:
-                self.refuse(name or path, f"cannot be read ({err.strerror or err})")
+            return data.decode()
+
+    def read_bytes(self, path: str | Path, name: str | None = None, may_be_absent: bool = False) -> bytes:
+        """The file's bytes; a file that cannot be read is the file's one line, naming it ``name`` (default: its
+        path); ``may_be_absent``: a missing file raises :class:`FileNotFoundError` for the caller. Only a regular
+        file of at most :data:`MAX_TEXT_BYTES` is read (:meth:`regular`), or the pipe of a process substitution
+        (``--config <(cat tiny.yaml)``: ``/dev/fd/N``), read once and bounded the same way."""
+        try:
+            size = self.regular(path, name, pipe_ok=True)
+            with open(path, "rb") as handle:  # a regular file or an anonymous pipe: opening never blocks
+                data = handle.read(MAX_TEXT_BYTES + 1)
+        except FileNotFoundError:
+            if may_be_absent:
+                raise
+            self.refuse(name or path, "cannot be read (No such file or directory)")
+        except OSError as err:
+            self.refuse(name or path, f"cannot be read ({err.strerror or err})")
+        self.require(name or path, len(data) <= MAX_TEXT_BYTES, _too_large(max(size, len(data))))
+        return data
 
     def regular(self, path: str | Path, name: str | None = None, pipe_ok: bool = False,
                 limit: int | None = MAX_TEXT_BYTES) -> int:

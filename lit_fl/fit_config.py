@@ -80,7 +80,7 @@ def _checked(path: Any, key: str) -> Any:
     if key == "--config" and config is not None and not isinstance(config, dict):
         raise ConfigError(f"{key} {path}: expected a mapping of config keys, got {type(config).__name__}")
     if not Path(path).is_file():
-        return text  # read, so a pipe (--config <(cat tiny.yaml)) can be read once: jsonargparse gets the text read here
+        return text  # a pipe (--config <(cat tiny.yaml)) is read once: jsonargparse gets the text read here
     return path
 
 
