@@ -180,9 +180,16 @@ def _too_large(size: int, limit: int | None = MAX_TEXT_BYTES) -> str:
 
 
 def _anonymous_pipe(path: str | Path) -> bool:
-    """``path`` is ``/dev/fd/N`` (or ``/proc/self/fd/N``) of an anonymous pipe, as bash's ``<(...)`` passes: opening
-    it never blocks (a named FIFO's open waits for a writer)."""
-    try:
-        return os.readlink(path).startswith("pipe:")
-    except OSError:
-        return False
+    """``path`` is ``/dev/fd/N`` of an anonymous pipe, as bash's ``<(...)`` passes (or ``/dev/stdin`` of ``cat x |``;
+    links followed to ``/proc/self/fd/N``, which names its pipe ``pipe:[inode]``): opening it never blocks (a named
+    FIFO's open waits for a writer)."""
+    link = str(path)
+    for _ in range(8):
+        try:
+            target = os.readlink(link)
+        except OSError:
+            return False
+        if target.startswith("pipe:"):
+            return True
+        link = os.path.join(os.path.dirname(link), target)
+    return False
