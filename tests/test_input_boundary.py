@@ -291,3 +291,10 @@ def test_labels_outside_the_models_classes_are_one_line_from_fit(tmp_path: Path)
     result = run_cli("fit", "--config", path)
     line = _one_line(result.err)
     assert result.rc == 2 and "label 61" in line and "femnist" in line and str(tmp_path) in line, line
+
+
+def test_yaml_alias_count_handles_shared_and_recursive_nodes(tmp_path: Path) -> None:
+    shared = "base: &b {x: 1, y: [1, 2, 3]}\n" + "".join(f"k{i}: *b\n" for i in range(50))
+    assert len(load_yaml(_write(tmp_path / "shared.yaml", shared), "shared")) == 51
+    looped = load_yaml(_write(tmp_path / "loop.yaml", "a: &a [*a, 1]\n"), "loop")["a"]
+    assert looped[0] is looped and looped[1] == 1
