@@ -13,6 +13,8 @@ exceptions, a file that cannot be decoded, become the file's one line), :meth:`F
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,6 +23,8 @@ from typing import Any, NoReturn
 
 from lit_fl.errors import ConfigError
 
+#: the largest text file (YAML, JSON, CSV) lit-fl reads: a config, sweep, manifest or metrics file is far smaller
+MAX_TEXT_BYTES = 64 * 1024 * 1024
 
 @dataclass(frozen=True)
 class Array:
@@ -129,14 +133,63 @@ class FileSchema:
             self.refuse(path, f"{said} ({type(err).__name__}{': ' if reason else ''}{reason})")
 
     def read_text(self, path: str | Path, name: str | None = None, may_be_absent: bool = False) -> str:
-        """The file's text; a file that is not UTF-8 or cannot be read is the file's one line, naming it ``name``
-        (default: its path); ``may_be_absent``: a missing file raises :class:`FileNotFoundError` for the caller."""
+        """The file's text (:meth:`read_bytes`); a file that is not UTF-8 is the file's one line."""
+        data = self.read_bytes(path, name, may_be_absent)
         with self.reading(name or path, (UnicodeDecodeError,), "not a text file"):
-            try:
-                return Path(path).read_text()
-            except FileNotFoundError:
-                if may_be_absent:
-                    raise
-                self.refuse(name or path, "cannot be read (No such file or directory)")
-            except OSError as err:
-                self.refuse(name or path, f"cannot be read ({err.strerror or err})")
+            return data.decode()
+
+    def read_bytes(self, path: str | Path, name: str | None = None, may_be_absent: bool = False) -> bytes:
+        """The file's bytes; a file that cannot be read is the file's one line, naming it ``name`` (default: its
+        path); ``may_be_absent``: a missing file raises :class:`FileNotFoundError` for the caller. Only a regular
+        file of at most :data:`MAX_TEXT_BYTES` is read (:meth:`regular`), or the pipe of a process substitution
+        (``--config <(cat tiny.yaml)``: ``/dev/fd/N``), read once and bounded the same way."""
+        try:
+            size = self.regular(path, name, pipe_ok=True)
+            with open(path, "rb") as handle:  # a regular file or an anonymous pipe: opening never blocks
+                data = handle.read(MAX_TEXT_BYTES + 1)
+        except FileNotFoundError:
+            if may_be_absent:
+                raise
+            self.refuse(name or path, "cannot be read (No such file or directory)")
+        except OSError as err:
+            self.refuse(name or path, f"cannot be read ({err.strerror or err})")
+        self.require(name or path, len(data) <= MAX_TEXT_BYTES, _too_large(max(size, len(data))))
+        return data
+
+    def regular(self, path: str | Path, name: str | None = None, pipe_ok: bool = False,
+                limit: int | None = MAX_TEXT_BYTES) -> int:
+        """The size of ``path``, checked with ``os.stat`` before anything opens it: a FIFO (which would block the
+        open), a device (``/dev/zero``: endless), a directory or a socket is the file's one line, and so is a file
+        above ``limit`` bytes. ``pipe_ok``: the anonymous pipe of a process substitution passes (size 0). A missing
+        file raises :class:`FileNotFoundError` for the caller."""
+        info = os.stat(path)
+        mode = info.st_mode
+        if stat.S_ISREG(mode):
+            self.require(name or path, limit is None or info.st_size <= limit, _too_large(info.st_size, limit))
+            return info.st_size
+        if pipe_ok and stat.S_ISFIFO(mode) and _anonymous_pipe(path):
+            return 0
+        kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(mode)
+                else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode)
+                else "not a file")
+        self.refuse(name or path, f"is {kind}, not a regular file; lit-fl reads only regular files")
+
+
+def _too_large(size: int, limit: int | None = MAX_TEXT_BYTES) -> str:
+    return f"is {size / 2**20:.1f} MiB, larger than the limit of {(limit or 0) // 2**20} MiB for a file lit-fl reads"
+
+
+def _anonymous_pipe(path: str | Path) -> bool:
+    """``path`` is ``/dev/fd/N`` of an anonymous pipe, as bash's ``<(...)`` passes (or ``/dev/stdin`` of ``cat x |``;
+    links followed to ``/proc/self/fd/N``, which names its pipe ``pipe:[inode]``): opening it never blocks (a named
+    FIFO's open waits for a writer)."""
+    link = str(path)
+    for _ in range(8):
+        try:
+            target = os.readlink(link)
+        except OSError:
+            return False
+        if target.startswith("pipe:"):
+            return True
+        link = os.path.join(os.path.dirname(link), target)
+    return False

@@ -9,6 +9,7 @@ every run's command line with it (:mod:`lit_fl.suite.plan`) before anything star
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from jsonargparse import ActionConfigFile, ArgumentParser, Namespace
@@ -16,6 +17,10 @@ from jsonargparse import ActionConfigFile, ArgumentParser, Namespace
 from lit_fl.configs import resolve_config
 from lit_fl.errors import ConfigError
 from lit_fl.experiment import Experiment
+from lit_fl.file_schema import FileSchema
+
+#: what ``--resume`` names: a folder ``lit-fl fit`` wrote
+RUN_FOLDER = FileSchema("a run directory written by lit-fl fit (runs/NAME, holding config.yaml)", key="--resume")
 
 
 def fit_parser() -> ArgumentParser:
@@ -68,11 +73,14 @@ def resolve_config_files(argv: Sequence[str]) -> list[str]:
 def _checked(path: Any, key: str) -> Any:
     """A config file that jsonargparse will read, checked first for what it would take silently (a repeated key) or
     report without the file's name (a ``--config`` that is not a mapping)."""
-    from lit_fl.strict_yaml import load_yaml
+    from lit_fl.strict_yaml import YAML_FILE, parse_yaml
 
-    config = load_yaml(path, f"{key} {path}")
+    text = YAML_FILE.read_text(path, f"{key} {path}")
+    config = parse_yaml(text, f"{key} {path}")
     if key == "--config" and config is not None and not isinstance(config, dict):
         raise ConfigError(f"{key} {path}: expected a mapping of config keys, got {type(config).__name__}")
+    if not Path(path).is_file():
+        return text  # a pipe (--config <(cat tiny.yaml)) is read once: jsonargparse gets the text read here
     return path
 
 
@@ -82,16 +90,20 @@ def with_run_config(argv: list[str]) -> list[str]:
     :func:`lit_fl.experiment.check_resume_config`). So ``lit-fl fit --resume runs/NAME`` alone continues a run.
     The stored ``trainer`` section is left out: it describes the machine the run was on (devices, accelerator),
     and a run resumes on any (given on the command line or in a config, else the defaults)."""
-    from pathlib import Path
-
     import yaml
 
     from lit_fl.run_dir import RunDir
 
     run = _option_value(argv, "--resume")
-    if not run or not RunDir(Path(run)).config.is_file():
+    if not run:
         return argv
-    stored = RunDir(Path(run)).read_config()  # a damaged config.yaml: one ConfigError line naming it
+    folder = RunDir(Path(run))
+    RUN_FOLDER.require(run, folder.path.is_dir(), "not a run directory (no such folder)")
+    if not folder.config.is_file():  # a run stopped before its config.yaml was written takes the config given
+        RUN_FOLDER.require(run, folder.has_checkpoint() or folder.started_here(),
+                           "not a run directory (it holds neither a config.yaml nor a checkpoint)")
+        return argv
+    stored = folder.read_config()  # a damaged config.yaml: one ConfigError line naming it
     stored.pop("trainer", None)
     return ["--config", yaml.safe_dump(stored, sort_keys=False), *argv]
 

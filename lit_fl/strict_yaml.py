@@ -1,5 +1,7 @@
 """YAML as lit-fl reads it: PyYAML's safe loader, but a mapping that repeats a key is refused (PyYAML keeps the
-last value silently, so ``rounds: 5`` further down a file would win without a word)."""
+last value silently, so ``rounds: 5`` further down a file would win without a word), and so is a document whose
+aliases expand to more than :data:`MAX_NODES` nodes (a "billion laughs" bomb: 700 bytes that expand to 10^9 nodes
+in whatever walks the parsed value)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,12 @@ from lit_fl.file_schema import FileSchema
 
 #: a YAML file lit-fl reads (a config, a sweep): text, one YAML document, no key repeated in a mapping
 YAML_FILE = FileSchema("")
+#: the most nodes a YAML document may hold with every alias expanded (a real config holds a few hundred)
+MAX_NODES = 100_000
+
+
+class _AliasBomb(yaml.YAMLError):
+    """A document whose aliases expand beyond :data:`MAX_NODES`."""
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -26,13 +34,48 @@ class _StrictLoader(yaml.SafeLoader):
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
+    def construct_document(self, node: yaml.Node) -> Any:
+        _check_expansion(node)
+        return super().construct_document(node)
+
+
+def _check_expansion(root: yaml.Node) -> None:
+    """Count the nodes of ``root``'s graph with every alias expanded, each node's size computed once (memoised:
+    linear in the composed graph, so a bomb is refused at once); a cycle (``&a [*a]``) counts its link as one."""
+    sizes: dict[int, int] = {}
+    opened: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        if children_done:
+            sizes[id(node)] = size = 1 + sum(sizes.get(id(child), 1) for child in _children(node))
+            if size > MAX_NODES:
+                raise _AliasBomb(f"its aliases expand to more than {MAX_NODES:,} nodes (an alias bomb?); lit-fl "
+                                 f"reads YAML of at most {MAX_NODES:,} nodes with aliases expanded")
+        elif id(node) not in opened:
+            opened.add(id(node))
+            stack.append((node, True))
+            stack.extend((child, False) for child in _children(node) if id(child) not in opened)
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return list(node.value) if isinstance(node, yaml.SequenceNode) else []
+
 
 def load_yaml(path: str | Path, what: str) -> Any:
     """The YAML document in ``path``; a malformed file or a repeated key is one :class:`~lit_fl.errors.ConfigError`
     line naming ``what`` (e.g. ``sweep sweeps/x.yaml``), the line and the problem (:data:`YAML_FILE`)."""
-    text = YAML_FILE.read_text(path, what)
+    return parse_yaml(YAML_FILE.read_text(path, what), what)
+
+
+def parse_yaml(text: str, what: str) -> Any:
+    """The YAML document ``text`` (read from ``what``), refused as :func:`load_yaml` refuses a file."""
     try:
         return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except _AliasBomb as err:
+        YAML_FILE.refuse(what, str(err))
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark is not None else ""

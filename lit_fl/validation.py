@@ -7,6 +7,7 @@ the dotted key and what is allowed.
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import re
@@ -71,12 +72,22 @@ def check_run_location(experiment: Any, resume: str | None) -> None:
     if experiment.name is not None:
         check_folder_name(experiment.name, "name")
     check_output_folder(Path(experiment.run_dir), "run_dir")
+    if experiment.name is not None:  # a link named so under run_dir (a loop, a link to nothing): said here
+        check_output_folder(Path(experiment.run_dir) / experiment.name, "name")
 
 
 def check_output_folder(folder: Path, key: str) -> None:
-    """``folder`` is a folder that exists or can be created, and can be written (checked before any work)."""
-    if folder.exists() and not folder.is_dir():
-        raise ConfigError(f"{key}: {folder} exists and is not a folder")
+    """``folder`` is a folder that exists or can be created, and can be written (checked before any work); a
+    symlink loop or a broken link on the way is named, not met as an ``OSError`` when the first file is written."""
+    try:
+        os.stat(folder)
+        problem = None if folder.is_dir() else "exists and is not a folder"
+    except FileNotFoundError:
+        problem = "is a link to nothing (a broken symlink)" if os.path.islink(folder) else None
+    except OSError as err:  # ELOOP: a symlink loop (a file on the way, ENOTDIR: "not a writable folder" below)
+        problem = f"cannot be used ({err.strerror})" if err.errno == errno.ELOOP else None
+    if problem is not None:
+        raise ConfigError(f"{key}: {folder} {problem}; allowed: a folder, or a path where one can be created")
     parent = folder
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent

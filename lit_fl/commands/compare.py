@@ -65,6 +65,8 @@ def compare(args: argparse.Namespace) -> int:
     out = args.out or (args.paths[0] / "compare" if is_sweep_dir(args.paths[0]) else Path("compare"))
     check_output_folder(out, "--out")  # before anything is read or computed
     comparison = load_comparison(args.paths, args.metric)
+    for item in comparison.skipped:
+        print(f"lit-fl: compare: skipped {item.name}: {item.reason}", file=sys.stderr)
     if MetricKind(comparison.metric).is_accuracy:
         Bounds(0, 1, low_open=True, note=f"({comparison.metric} is an accuracy)").check("--target", args.target)
     claims = evaluate_claims(comparison)  # the paper's claims, paired by seed (before anything is written)

@@ -43,7 +43,9 @@ def print_registered() -> None:
 
 
 def _first_comment(path) -> str:  # noqa: ANN001
-    for line in path.read_text().splitlines():
+    from lit_fl.strict_yaml import YAML_FILE
+
+    for line in YAML_FILE.read_text(path).splitlines():
         if line.startswith("#"):
             return line.lstrip("# ").strip()[:100]
         if line.strip():

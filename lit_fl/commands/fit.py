@@ -10,6 +10,7 @@ value exits with status 2 and one line naming the key and what is allowed, befor
 
 from __future__ import annotations
 
+import errno
 import math
 import sys
 import traceback
@@ -42,6 +43,8 @@ def __getattr__(name: str) -> Any:
 
 #: exit codes of ``lit-fl fit``
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_ABORTED = 0, 1, 2, 75, 130
+#: a write that failed for want of room (full disk, quota): one line naming the file, not a traceback
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 def fit(cfg: Namespace, parser: ArgumentParser) -> dict[str, Any]:
@@ -77,6 +80,12 @@ def main(argv: Sequence[str]) -> int:
     except KeyboardInterrupt:
         print(f"lit-fl: aborted; {_what_stays(experiment)}", file=sys.stderr)
         return EXIT_ABORTED
+    except OSError as err:
+        if err.errno not in DISK_FULL or err.filename is None:
+            raise
+        print(f"lit-fl: error: the run failed: {err.strerror}: {err.filename}; {_what_stays(experiment)}",
+              file=sys.stderr)
+        return EXIT_FAILED
     except Exception as err:  # noqa: BLE001 - a bug or a runtime failure: full evidence, never a config error
         traceback.print_exc()
         print(f"lit-fl: error: the run failed ({type(err).__name__}); {_what_stays(experiment)}", file=sys.stderr)

@@ -130,11 +130,12 @@ def _continue(saved, planned, sweep_dir: Path):  # noqa: ANN001, ANN202
 
 def _write_sweep_dir(sweep_dir: Path, sweep_file, manifest) -> None:  # noqa: ANN001
     from lit_fl.io import atomic_write_text
+    from lit_fl.strict_yaml import YAML_FILE
 
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(sweep_dir / "sweep.yaml", sweep_file.path.read_text())
+    atomic_write_text(sweep_dir / "sweep.yaml", YAML_FILE.read_text(sweep_file.path))
     if sweep_file.paper_path.is_file():
-        atomic_write_text(sweep_dir / "paper.yaml", sweep_file.paper_path.read_text())
+        atomic_write_text(sweep_dir / "paper.yaml", YAML_FILE.read_text(sweep_file.paper_path))
     manifest.save(sweep_dir)
 
 

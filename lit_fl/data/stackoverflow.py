@@ -51,6 +51,7 @@ DOMAIN_FEATURES = {**FEATURES, "type": Array(values=TYPES)}
 def read_vocab(path: Path, vocab_size: int) -> dict[bytes, int]:
     """Word -> id (``index + 3``) of the first ``vocab_size`` words of the word-count file."""
     vocab: dict[bytes, int] = {}
+    VOCAB.regular(path, limit=None)  # a FIFO or a device is one line, never opened
     with open(path, "rb") as f:
         for number, line in enumerate(f, start=1):
             if len(vocab) == vocab_size:

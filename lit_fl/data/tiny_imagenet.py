@@ -31,7 +31,7 @@ LAYOUT = _SPEC.schema
 
 def read_wnids(path: Path) -> list[str]:
     """The class ids of ``wnids.txt`` in file order (blank lines skipped); a repeated id is refused."""
-    wnids = [line.strip() for line in path.read_text().splitlines() if line.strip()]
+    wnids = [line.strip() for line in LAYOUT.read_text(path).splitlines() if line.strip()]
     LAYOUT.require(path, len(set(wnids)) == len(wnids) > 0, f"{len(wnids)} lines with {len(set(wnids))} distinct "
                    "WordNet ids (one distinct id per line)")
     return wnids
@@ -53,7 +53,7 @@ def val_files(base: Path, wnids: list[str]) -> list[tuple[Path, int]]:
     annotations = base / "val" / "val_annotations.txt"
     label_of = {wnid: label for label, wnid in enumerate(wnids)}
     files = []
-    for number, line in enumerate(annotations.read_text().splitlines(), start=1):
+    for number, line in enumerate(LAYOUT.read_text(annotations).splitlines(), start=1):
         if not line.strip():
             continue
         fields = line.split("\t")

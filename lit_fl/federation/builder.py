@@ -17,6 +17,7 @@ from lit_fl.errors import ConfigError
 from lit_fl.federation.faults import FaultsConfig
 from lit_fl.federation.state import Client, Federation
 from lit_fl.federation.topology import TopologyConfig, build_topology
+from lit_fl.file_schema import FileSchema
 from lit_fl.models import assign_evenly, create_model, resolve_pool
 from lit_fl.models.registry import check_model_for_data
 
@@ -53,6 +54,7 @@ def build_federation(
     otherwise: on torch 2.15's CPU backend the backward pass of a channels-last 1x1 stride-2 convolution (the
     ResNet shortcut) crashes inside oneDNN.
     """
+    check_labels(dataset, data)
     pool = resolve_pool(models.pool)
     for arch in dict.fromkeys(pool):
         check_model_for_data(arch, "models.pool", dataset.is_sequence, dataset.name, dataset.input_shape)
@@ -87,6 +89,20 @@ def build_federation(
     held_out = held_out_proxy_idx(data.proxy, server_idx, seed)
     federation.proxy_idx = None if held_out is None else torch.from_numpy(held_out)
     return federation
+
+
+def check_labels(dataset: ImageDataset, data: DataConfig) -> None:
+    """Every train (so every client's train and validation) and test label is one of the model's
+    ``dataset.num_classes`` classes: a file whose labels reach further (a digits-only EMNIST file holding all 62
+    classes) is one line naming the dataset, its root and the label, before any model is built."""
+    classes = dataset.num_classes
+    schema = FileSchema(f"labels in 0..{classes - 1} (the model's {classes} classes)", key="data.dataset")
+    for split, labels in (("train", dataset.train_y), ("test", dataset.test_y)):
+        if labels.numel():
+            low, high = int(labels.min()), int(labels.max())
+            bad = high if high >= classes else low
+            schema.require(f"{dataset.name} (data.root {data.root})", 0 <= low and high < classes,
+                           f"its {split} data holds label {bad}, outside the model's classes")
 
 
 def client_splits(dataset: ImageDataset, data: DataConfig, seed: int) -> tuple[list, np.ndarray]:

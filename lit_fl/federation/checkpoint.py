@@ -132,6 +132,7 @@ def read_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> dic
     line naming it (:data:`CHECKPOINT`)."""
     # torch raises many types for a bad file; all mean "not ours"
     with CHECKPOINT.reading(path, (Exception,), "cannot be read (truncated, corrupt or foreign)"):
+        CHECKPOINT.regular(path, limit=None)  # a FIFO or a device is one line, never opened
         state = torch.load(path, map_location=device, weights_only=True)
     CHECKPOINT.require(path, isinstance(state, dict) and "format_version" in state, "no format_version")
     return state

@@ -21,10 +21,13 @@ from typing import Any, Literal, get_args
 from pydantic import ConfigDict
 from pydantic.dataclasses import dataclass
 
+from lit_fl.file_schema import FileSchema
 from lit_fl.io import atomic_write_text
 from lit_fl.suite.document_schema import read_as
 
 MANIFEST = "manifest.json"
+#: a sweep folder's manifest.json, as a file (its content: :class:`Manifest`)
+MANIFEST_FILE = FileSchema("a sweep's manifest.json", written=True, remedy="run the sweep again into another --run_dir")
 Status = Literal["pending", "running", "completed", "interrupted", "failed"]
 STATUSES = get_args(Status)
 #: the manifest's JSON as written: nothing more (a key it does not know means another program's file)
@@ -60,7 +63,7 @@ class Manifest:
     def load(cls, sweep_dir: Path) -> Manifest:
         """The saved manifest; a damaged one is a :class:`ConfigError` line naming it and the key."""
         path = Path(sweep_dir) / MANIFEST
-        return read_as(cls, path.read_bytes(), f"{path}: damaged", json=True,
+        return read_as(cls, MANIFEST_FILE.read_bytes(path, may_be_absent=True), f"{path}: damaged", json=True,
                        hint="run the sweep again into another --run_dir")
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from lit_fl.configs import resolve_config
 from lit_fl.errors import ConfigError
+from lit_fl.suite.manifest import MANIFEST_FILE
 from lit_fl.suite.reproductions import WALL_TIME, Reproduction, page_sections, write_reproductions
 
 #: (paper section, sweep name, target accuracy of "rounds to target"), in the page's order
@@ -91,7 +92,7 @@ def run_sweep(name: str, run_dir: Path, origin: dict[str, str] | None = None) ->
     result = subprocess.run(command, stdout=subprocess.PIPE, text=True, env=dict(os.environ))
     wall_s = time.perf_counter() - start
     print(result.stdout, end="", flush=True)
-    manifest = json.loads((run_dir / "sweeps" / name / "manifest.json").read_text())
+    manifest = json.loads(MANIFEST_FILE.read_text(run_dir / "sweeps" / name / "manifest.json"))
     runs = len(manifest["runs"])
     if result.returncode == 0 and "already completed: skipped" not in result.stdout:
         record = {"wall_s": round(wall_s, 1), "runs": runs, "jobs": 2,
@@ -108,7 +109,7 @@ def unfinished_runs(folder: Path) -> str:
     """Why a sweep folder cannot be on the page yet ("not run", "3 of 18 runs not completed"); empty when every run
     of its manifest completed."""
     try:
-        runs = json.loads((folder / "manifest.json").read_text())["runs"]
+        runs = json.loads(MANIFEST_FILE.read_text(folder / "manifest.json"))["runs"]
     except (OSError, ValueError, KeyError, TypeError):
         return NOT_RUN
     left = sum(run.get("status") != "completed" for run in runs)

@@ -20,6 +20,8 @@ from dataclasses import dataclass, replace
 from datetime import date
 from pathlib import Path
 
+from lit_fl.errors import ConfigError
+from lit_fl.file_schema import FileSchema
 from lit_fl.io import atomic_write_text
 from lit_fl.suite.compare.claims import HOLDS, ClaimResult, evaluate_claims
 from lit_fl.suite.compare.figures import write_figures
@@ -31,6 +33,8 @@ from lit_fl.suite.sweep_file import load_sweep_file
 
 #: the file in a sweep folder that records how long the sweep took (written by lit_fl.suite.reproduce)
 WALL_TIME = "wall_time.json"
+#: what ``make reproduce`` records of a sweep (read leniently: a file that cannot be read is "not recorded")
+WALL_TIME_FILE = FileSchema("a JSON record of the sweep's wall time and provenance", written=True)
 #: figures shown per sweep, when the runs have them: the paper's headline metrics
 FIGURES = ("global_acc", "local_acc")
 
@@ -88,7 +92,7 @@ def _preamble() -> str:
 def provenance(sweep_dir: Path) -> dict[str, str] | None:
     """What a sweep ran on (lit-fl commit, torch, Python, CPU), as ``make reproduce`` recorded it; None if not."""
     try:
-        record = json.loads((sweep_dir / WALL_TIME).read_text())["provenance"]
+        record = json.loads(WALL_TIME_FILE.read_text(sweep_dir / WALL_TIME))["provenance"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return {str(k): str(v) for k, v in record.items()} if isinstance(record, dict) else None
@@ -112,8 +116,8 @@ def page_sections(page: Path) -> dict[str, str]:
     """The sweep sections of a page this module wrote (``### NAME`` up to the next heading of level 2 or 3), by
     sweep name; empty when there is no page."""
     try:
-        lines = page.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError):
+        lines = FileSchema("the reproductions page lit-fl writes").read_text(page).splitlines()
+    except (OSError, ConfigError):  # no page (or one that is not text): no sections
         return {}
     sections: dict[str, str] = {}
     name: str | None = None
@@ -239,7 +243,7 @@ def _figures(comparison: Comparison, folder: Path, out: Path) -> list[tuple[str,
 
 def _wall_time(sweep_dir: Path) -> str:
     try:
-        record = json.loads((sweep_dir / WALL_TIME).read_text())
+        record = json.loads(WALL_TIME_FILE.read_text(sweep_dir / WALL_TIME))
         seconds, runs = float(record["wall_s"]), int(record["runs"])
     except (OSError, ValueError, KeyError, TypeError):
         return "not recorded (run `make reproduce`)"

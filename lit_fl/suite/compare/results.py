@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,8 @@ class Comparison:
     metric: str
     source: Path
     left_out: list[LeftOut] = field(default_factory=list)
+    #: links in a folder of runs that were not followed (a loop, a link leaving the folder), also in ``left_out``
+    skipped: list[LeftOut] = field(default_factory=list)
 
     @property
     def runs(self) -> list[RunResult]:
@@ -99,11 +102,15 @@ def load_comparison(paths: list[Path], metric: str | None = None) -> Comparison:
 def _from_run_dirs(paths: list[Path], metric: str | None) -> Comparison:
     runs: list[RunResult] = []
     left_out: list[LeftOut] = []
-    for path in dict.fromkeys(paths):
+    skipped: list[LeftOut] = []
+    given: dict[str, Path] = {}
+    for path in paths:  # a folder given twice, or by a link and by name, is read once
+        given.setdefault(os.path.realpath(path), path)
+    for path in given.values():
         if not path.is_dir():
             what = "is not a folder (give run directories or a sweep directory)" if path.exists() else "does not exist"
             raise ConfigError(f"compare: {path} {what}")
-        candidates = [path] if RunDir(path).has_metrics() else sorted(p for p in path.iterdir() if p.is_dir())
+        candidates = [path] if RunDir(path).has_metrics() else _run_folders(path, skipped)
         if not candidates:  # a folder given by name is never dropped without a word
             left_out.append(LeftOut(printable(path), "no metrics.csv and no run folders in it"))
         for candidate in candidates:
@@ -117,7 +124,27 @@ def _from_run_dirs(paths: list[Path], metric: str | None) -> Comparison:
                 left_out.append(LeftOut(printable(candidate), "no evaluated round in metrics.csv yet"))
     _keep_differing(runs)
     title = ", ".join(printable(p.name) for p in paths)
-    return Comparison(title, _group(runs), None, metric or "reported_acc", paths[0], left_out)
+    return Comparison(title, _group(runs), None, metric or "reported_acc", paths[0], skipped + left_out, skipped)
+
+
+def _run_folders(path: Path, skipped: list[LeftOut]) -> list[Path]:
+    """The folders in ``path`` by real path: a link to a folder inside ``path`` (``latest``) is that folder, counted
+    once under its own name; a link that cannot be followed (a loop, a broken link) or that leaves ``path`` (to
+    ``/proc``) is added to ``skipped`` with why."""
+    home = Path(os.path.realpath(path))
+    found: dict[Path, Path] = {}
+    for entry in sorted(path.iterdir(), key=lambda p: (p.is_symlink(), p.name)):  # a folder before a link to it
+        try:
+            real = Path(os.path.realpath(entry, strict=True))
+        except OSError as err:  # ELOOP, or a broken link (a plain entry that vanished meanwhile: nothing to say)
+            if entry.is_symlink():
+                skipped.append(LeftOut(printable(entry), f"a link that cannot be followed ({err.strerror})"))
+            continue
+        if entry.is_symlink() and home not in real.parents:
+            skipped.append(LeftOut(printable(entry), f"a link leaving {printable(path)} (to {printable(real)})"))
+        elif real.is_dir():
+            found.setdefault(real, entry)
+    return sorted(found.values())
 
 
 def _from_sweep(sweep_dir: Path, metric: str | None) -> Comparison:
