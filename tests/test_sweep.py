@@ -293,3 +293,23 @@ def test_jobs_above_the_work_or_the_cores_clamp_to_what_can_run_and_say_so(tmp_p
     assert run_sweep(tmp_path, manifest, jobs=10**9, report=said.append) == 0
     assert time.monotonic() - started < 5
     assert said[0] == "1 of 1 runs already completed: skipped"
+
+
+def test_a_sweep_continued_from_another_working_directory_writes_its_runs_into_its_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 37: run 001 of a sweep continued from elsewhere with ``--run_dir`` at its folder was written under the
+    working directory (the manifest's relative ``--run_dir``)."""
+    from lit_fl.suite.manifest import SweepRun
+    from lit_fl.suite.runner import run_argv
+
+    planned = SweepRun(name="001-x", params={}, status="pending", run_dir="runs/001-x",
+                       command=["lit-fl", "fit", "--config=c.yaml", "--run_dir=runs/sweeps/s/runs", "--name=001-x"])
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    sweep_dir = Path("..") / "lab" / "runs" / "sweeps" / "s"  # as the user gives it, relative to the new directory
+    argv = run_argv(sweep_dir, planned)
+    run_dirs = [arg for arg in argv if arg.startswith("--run_dir=")]
+    assert run_dirs == [f"--run_dir={(elsewhere / sweep_dir / 'runs').absolute()}"]
+    assert argv[-1] == run_dirs[0] and "--name=001-x" in argv

@@ -154,9 +154,18 @@ def _abort(sweep_dir: Path, manifest: Manifest, running: dict[subprocess.Popen, 
     manifest.save(sweep_dir)
 
 
+def run_argv(sweep_dir: Path, run: SweepRun) -> list[str]:
+    """The run's ``lit-fl fit`` command line, writing into this sweep folder whatever the working directory: the
+    manifest's ``--run_dir`` was written relative to where the sweep was planned, so it is replaced by the sweep
+    folder's own, absolute."""
+    runs = (sweep_dir / run.run_dir).parent.absolute()
+    kept = [arg for arg in run.command[1:] if not arg.startswith("--run_dir=")]
+    return [sys.executable, "-m", "lit_fl.cli", *kept, f"--run_dir={runs}"]
+
+
 def _start(sweep_dir: Path, run: SweepRun, state: str, slot: Slot) -> subprocess.Popen:
     path = sweep_dir / run.run_dir
-    argv = [sys.executable, "-m", "lit_fl.cli", *run.command[1:]]
+    argv = run_argv(sweep_dir, run)
     if state == "resumable":
         argv += [f"--resume={path}"]
     elif state == "stale":  # stopped before its first checkpoint: keep it aside, start again
