@@ -22,6 +22,8 @@ CASES = [
     ("unknown-top-key", "DFML", ["--roundz", "3"], ["roundz", "unknown"]),
     ("beta-zero", "DFML", ["--data.beta", "0"], ["data.beta", "> 0"]),
     ("beta-nan", "DFML", ["--data.beta", "nan"], ["data.beta", "finite"]),
+    ("options-misspelt", "DFML", ["--data.dataset", "synthetic", "--data.options", "{num_class: 10}"],
+     ["data.options", "'num_class'", "allowed: num_classes"]),  # issue 37: was a TypeError traceback
     ("beta-inf", "DFML", ["--data.beta", "inf"], ["data.beta", "finite"]),
     ("dataset", "DFML", ["--data.dataset", "imagenet"], ["data.dataset", "mnist5k"]),
     ("partition", "DFML", ["--data.partition", "foo"], ["data.partition", "dirichlet"]),
