@@ -109,6 +109,9 @@ CASES: list[tuple[str, Callable[[Path], None], list[str], list[str]]] = [
     ("compare-manifest-bad-run", _write("sweep/manifest.json", json.dumps(
         {"sweep": "s", "method": "grid", "metric": {}, "file": "f", "runs": [{"name": "r"}]})),
      ["compare", "{tmp}/sweep"], ["sweep/manifest.json", "damaged"]),
+    ("compare-manifest-metric-a-string", _write("sweep/manifest.json", json.dumps(  # issue 37: an AttributeError
+        {"sweep": "s", "method": "grid", "metric": "global_acc", "file": "f", "runs": []})),
+     ["compare", "{tmp}/sweep"], ["sweep/manifest.json", "damaged", "metric"]),
     ("compare-manifest-binary", _write("sweep/manifest.json", BINARY), ["compare", "{tmp}/sweep"],
      ["sweep/manifest.json", "damaged"]),
     ("compare-sweep-run-metrics-damaged", _write("sweep/runs/000-s0/metrics.csv", "round,global_acc\n1,x\n"),
