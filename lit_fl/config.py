@@ -44,11 +44,14 @@ class DataConfig:
         options: extra keyword arguments of the dataset loader (e.g. num_classes for synthetic; ``size``, the
             image side, for caltech101/oxford_pets/stanford_cars (224), tiny_imagenet (64) and pathmnist (28);
             ``split_seed`` of Caltech101's 80:20 test split).
-        augment: train-time augmentation: ``none``, ``crop_flip`` (random 4-pixel-padded crop with black
-            padding plus horizontal flip, on the tensors) or ``auto`` = the dataset's default: ``crop_flip``
+        augment: train-time augmentation: ``none``, ``crop_flip`` (a random 4-pixel-padded crop with black
+            padding plus a horizontal flip, drawn for each sample, on the tensors), ``crop_flip_per_batch``
+            (FedJAX's ``cifar100.preprocess_image``: one crop offset in 0..7 and one flip drawn for the whole
+            batch) or ``auto`` = the dataset's default: ``crop_flip_per_batch`` for fed_cifar100, ``crop_flip``
             for cifar10/cifar100, ``none`` for every other dataset. The papers differ: DFML names no
-            augmentation (its configs say ``none``), knowledge codistillation names random crops and flips
-            (App. C.1: its configs say ``crop_flip``); FedORION and UA-PDFL name none.
+            augmentation (its configs say ``none``), knowledge codistillation preprocesses "with the default
+            settings in FedJAX" (App. C.1: its configs say ``crop_flip_per_batch``); FedORION and UA-PDFL name
+            none.
     """
 
     dataset: str = "mnist5k"
@@ -62,7 +65,7 @@ class DataConfig:
     server_fraction: HalfOpenUnitInterval = 0.0
     proxy: ProxyConfig = field(default_factory=ProxyConfig)
     options: dict[str, Any] = field(default_factory=dict)
-    augment: Literal["auto", "none", "crop_flip"] = "auto"
+    augment: Literal["auto", "none", "crop_flip", "crop_flip_per_batch"] = "auto"
 
     def __post_init__(self) -> None:
         from lit_fl.data.registry import list_datasets

@@ -84,9 +84,10 @@ def test_batched_local_training_moves_the_participants_only() -> None:
     assert_close_weights(fused, unfused)
 
 
-def test_augmented_batches_are_the_ones_each_client_draws_alone() -> None:
+@pytest.mark.parametrize("augment", ["crop_flip", "crop_flip_per_batch"])
+def test_augmented_batches_are_the_ones_each_client_draws_alone(augment: str) -> None:
     def with_crop_flip(fed: Federation) -> Federation:
-        fed.data.augment = "crop_flip"
+        fed.data.augment = augment
         return fed
 
     results = {}

@@ -30,7 +30,7 @@ def test_one_process_computes_everything_and_collectives_are_identities() -> Non
     assert placement.agree([1, 2], torch.device("cpu"))
 
 
-@pytest.mark.parametrize("augment", ["none", "crop_flip"])
+@pytest.mark.parametrize("augment", ["none", "crop_flip", "crop_flip_per_batch"])
 def test_skipping_batches_advances_the_stream_exactly_as_iterating(augment: str) -> None:
     x, y = torch.randn(50, 1, 8, 8), torch.arange(50) % 3
     iterated, skipped = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)

@@ -9,15 +9,18 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from lit_fl.data.transforms import random_crop_flip
+from lit_fl.data.transforms import batch_crop_flip, random_crop_flip
+
+#: ``augment`` -> the batch transform it runs (``none``: the batch as it is)
+AUGMENTATIONS = {"crop_flip": random_crop_flip, "crop_flip_per_batch": batch_crop_flip}
 
 
 class ClientBatches:
     """Shuffled ``(x, y)`` mini-batches over ``indices`` of ``(x_all, y_all)`` for ``epochs`` epochs.
 
     The order comes from ``generator`` (a CPU generator: identical streams on every device, so a resumed
-    run on another machine draws the same batches); ``augment="crop_flip"`` runs random crop (padding of value
-    ``black``, the normalised black pixel) and flip on the batch tensor.
+    run on another machine draws the same batches); ``augment`` (``crop_flip``, ``crop_flip_per_batch``) runs
+    random crop (padding of value ``black``, the normalised black pixel) and flip on the batch tensor.
     Iterating twice draws two different orders: the generator advances.
     """
 
@@ -36,8 +39,8 @@ class ClientBatches:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.x_all, self.y_all = x_all, y_all
         self.indices = indices.to(torch.long).cpu()
-        if augment not in ("none", "crop_flip"):
-            raise ValueError(f"augment must be none or crop_flip, got {augment!r}")
+        if augment != "none" and augment not in AUGMENTATIONS:
+            raise ValueError(f"augment must be none or one of {', '.join(AUGMENTATIONS)}, got {augment!r}")
         self.batch_size, self.epochs, self.augment, self.black = batch_size, epochs, augment, black
         self.generator = generator
 
@@ -57,7 +60,7 @@ class ClientBatches:
             order = self.indices[torch.randperm(len(self.indices), generator=self.generator)]
             for start in range(0, len(order), self.batch_size):
                 seed = None
-                if self.augment == "crop_flip":
+                if self.augment != "none":
                     seed = int(torch.randint(0, 2**62, (1,), generator=self.generator))
                 plan.append(PlannedBatch(order[start : start + self.batch_size], seed))
         return plan
@@ -77,7 +80,7 @@ class ClientBatches:
         if seed is None:
             return x
         g = torch.Generator(device=x.device).manual_seed(seed)
-        return random_crop_flip(x, padding=4, generator=g, fill=self.black)
+        return AUGMENTATIONS[self.augment](x, padding=4, generator=g, fill=self.black)
 
 
 @dataclass(frozen=True)

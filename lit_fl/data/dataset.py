@@ -14,8 +14,8 @@ from lit_fl.constraints import check_arguments
 from lit_fl.data.domains import Domains
 from lit_fl.errors import ConfigError
 
-Augment = Literal["none", "crop_flip"]
-AUGMENTS: tuple[str, ...] = ("none", "crop_flip")
+Augment = Literal["none", "crop_flip", "crop_flip_per_batch"]
+AUGMENTS: tuple[str, ...] = ("none", "crop_flip", "crop_flip_per_batch")
 
 
 @dataclass
@@ -36,7 +36,8 @@ class ImageDataset:
     ``domains`` (:class:`~lit_fl.data.domains.Domains`) names each train and test sample's domain where the loader
     was asked for them (StackOverflow's post type, ``data.options.domains: type``); None otherwise.
 
-    ``augment`` is the train-time augmentation (``none`` or ``crop_flip``: random crop from a 4-pixel black
+    ``augment`` is the train-time augmentation (``none``; ``crop_flip_per_batch``: FedJAX's, one crop offset and
+    one flip per batch; or ``crop_flip``: per sample, random crop from a 4-pixel black
     border plus horizontal flip); a loader sets its dataset's default, ``data.augment`` overrides it.
     ``black`` is the normalised value of a black pixel per channel, the crop's padding.
     """

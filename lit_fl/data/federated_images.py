@@ -7,7 +7,8 @@
 * ``fed_cifar100`` (FedJAX ``cifar100``, TFF's Pachinko-allocation split): ``federated_cifar100_{train,test}.sqlite``,
   500 train and 100 test clients of 100 images each. Features ``image`` uint8 ``(N, 32, 32, 3)`` and ``label``;
   normalised with FedJAX's ``CIFAR100_PIXELS_MEAN``/``_INVERSE_STDDEV``; training crops (4-pixel zero padding) and
-  flips (``cifar100.preprocess_image``; the codistillation paper, App. C.1). FedJAX writes these files from TFF's
+  flips drawn as ``cifar100.preprocess_image`` draws them, one offset in 0..7 and one flip per batch
+  (``augment: crop_flip_per_batch``; the codistillation paper, App. C.1: "the default settings in FedJAX"). FedJAX writes these files from TFF's
   (``fedjax.datasets.cifar100.load_split``); lit-fl reads the written files.
 
 The train file's clients are the dataset's clients (``data.partition: natural``); the test file is the global
@@ -74,5 +75,5 @@ def load_fed_cifar100(root: Path, download: bool, seed: int, num_clients: int | 
     def images(x: np.ndarray) -> torch.Tensor:
         return normalize(torch.from_numpy(x).permute(0, 3, 1, 2).float() / 255.0, CIFAR100_MEAN, CIFAR100_STD)
 
-    return _dataset("fed_cifar100", train, test, images, 100, augment="crop_flip",
+    return _dataset("fed_cifar100", train, test, images, 100, augment="crop_flip_per_batch",
                     black=black_value(CIFAR100_MEAN, CIFAR100_STD))

@@ -54,6 +54,23 @@ def random_crop_flip(
     return out.gather(3, idx_cols)
 
 
+def batch_crop_flip(
+    x: Tensor, padding: int = 4, generator: torch.Generator | None = None, fill: Sequence[float] = (0.0,)
+) -> Tensor:
+    """FedJAX's training augmentation (``fedjax.datasets.cifar100.preprocess_image``): the batch padded by ``padding``
+    pixels of value ``fill``, then ONE crop offset for the whole batch, row and column each uniform in
+    ``0 .. 2 * padding - 1`` (``np.random.randint(8)``: the offset 8 is never drawn), and ONE horizontal flip for the
+    whole batch with probability 1/2, drawn from ``generator`` (which must live on ``x.device``)."""
+    n, c, h, w = x.shape
+    value = torch.as_tensor(fill, dtype=x.dtype, device=x.device).reshape(1, -1, 1, 1)
+    padded = value.expand(n, c, h + 2 * padding, w + 2 * padding).clone()
+    padded[:, :, padding : padding + h, padding : padding + w] = x
+    i, j = (int(v) for v in torch.randint(0, max(2 * padding, 1), (2,), device=x.device, generator=generator))
+    out = padded[:, :, i : i + h, j : j + w]
+    flip = int(torch.randint(0, 2, (1,), device=x.device, generator=generator)) == 1
+    return out.flip(3) if flip else out.contiguous()
+
+
 def black_value(mean: Sequence[float], std: Sequence[float]) -> tuple[float, ...]:
     """The normalised value of a black (all-zero) pixel per channel: ``(0 - mean) / std``."""
     return tuple(-m / s for m, s in zip(mean, std))
