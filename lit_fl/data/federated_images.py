@@ -8,8 +8,8 @@
   500 train and 100 test clients of 100 images each. Features ``image`` uint8 ``(N, 32, 32, 3)`` and ``label``;
   normalised with FedJAX's ``CIFAR100_PIXELS_MEAN``/``_INVERSE_STDDEV``; training crops (4-pixel zero padding) and
   flips drawn as ``cifar100.preprocess_image`` draws them, one offset in 0..7 and one flip per batch
-  (``augment: crop_flip_per_batch``; the codistillation paper, App. C.1: "the default settings in FedJAX"). FedJAX writes these files from TFF's
-  (``fedjax.datasets.cifar100.load_split``); lit-fl reads the written files.
+  (``augment: crop_flip_per_batch``; the codistillation paper, App. C.1: "the default settings in FedJAX").
+  FedJAX writes these files from TFF's (``fedjax.datasets.cifar100.load_split``); lit-fl reads the written files.
 
 The train file's clients are the dataset's clients (``data.partition: natural``); the test file is the global
 test set (all its clients pooled).
