@@ -46,10 +46,22 @@ def test_stackoverflow_tokens_as_fedjax(tmp_path: Path) -> None:
     assert [len(c) for c in answers.clients] == [2, 0, 1] and answers.test_y.tolist() == [[3, 4, 2, 0]]
 
 
+def test_a_word_count_file_shorter_than_vocab_size_gives_its_words_as_fedjax(tmp_path: Path) -> None:
+    """Issue 37: FedJAX's ``default_vocab`` takes ``islice(file, vocab_size)``, so a file of 8 words gives 8 words
+    (ids 3..10) and the OOV id 11 follows them; lit-fl refused it."""
+    stackoverflow_files(tmp_path)
+    short = load_dataset("stackoverflow", tmp_path, vocab_size=100, max_length=4)
+    exact = load_dataset("stackoverflow", tmp_path, vocab_size=8, max_length=4)
+    assert short.num_classes == exact.num_classes == 8 + 4
+    assert short.train_x.tolist() == exact.train_x.tolist() and short.train_y.tolist() == exact.train_y.tolist()
+    assert int(short.train_x.max()) <= 8 + 3  # every id inside the model's outputs
+
+
 def test_stackoverflow_refuses_missing_or_damaged_vocabulary(tmp_path: Path) -> None:
     stackoverflow_files(tmp_path)
-    with pytest.raises(ConfigError, match=r"data.options.vocab_size must be in \[1, 8\] \(.*has 8 words\)"):
-        load_dataset("stackoverflow", tmp_path, vocab_size=100)
+    (tmp_path / "stackoverflow.word_count").write_text("")
+    with pytest.raises(ConfigError, match="stackoverflow.word_count: holds no word"):
+        load_dataset("stackoverflow", tmp_path, vocab_size=2)
     (tmp_path / "stackoverflow.word_count").write_text("the 10\nbroken\n")
     with pytest.raises(ConfigError, match="stackoverflow.word_count: line 2 .*expected one 'word count' line"):
         load_dataset("stackoverflow", tmp_path, vocab_size=2)

@@ -3,9 +3,9 @@
 (``fedjax/datasets/stackoverflow.py``).
 
 * vocabulary: the first ``vocab_size`` (10,000) words of ``stackoverflow.word_count`` (lines ``word count``, most
-  frequent first; FedJAX ``default_vocab``);
+  frequent first; FedJAX ``default_vocab``), or every word of a shorter file, as FedJAX reads it;
 * ids (FedJAX ``DefaultWordTokenizer`` with one OOV bucket): PAD 0, BOS 1, EOS 2, word ``i`` of the vocabulary
-  ``i + 3``, every other word OOV ``vocab_size + 3``; ``vocab_size + 4`` tokens in all (the models' outputs);
+  ``i + 3``, every other word OOV ``V + 3``; ``V + 4`` tokens in all (the models' outputs), ``V`` the words read;
 * a post's ``tokens`` (space-separated) become ``BOS w1 .. wn EOS``; ``x`` is all but the last id, ``y`` all but
   the first, both truncated to ``max_length`` (20) and padded with PAD (FedJAX ``create_token_to_ids_fn``);
 * ``type`` (``question`` or ``answer``) keeps only the posts of that type, ``test_type`` only the test posts of that
@@ -25,7 +25,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from lit_fl.constraints import Bounds, PositiveInt
+from lit_fl.constraints import PositiveInt
 from lit_fl.data.dataset import ImageDataset
 from lit_fl.data.domains import Domains
 from lit_fl.data.federated import FEDJAX_URL, FederatedSplit, locate, read_split, sample_rows
@@ -49,7 +49,8 @@ DOMAIN_FEATURES = {**FEATURES, "type": Array(values=TYPES)}
 
 
 def read_vocab(path: Path, vocab_size: int) -> dict[bytes, int]:
-    """Word -> id (``index + 3``) of the first ``vocab_size`` words of the word-count file."""
+    """Word -> id (``index + 3``) of the first ``vocab_size`` words of the word-count file; a shorter file gives
+    the words it has, as FedJAX's ``default_vocab`` (``itertools.islice``) does, the OOV id then following them."""
     vocab: dict[bytes, int] = {}
     VOCAB.regular(path, limit=None)  # a FIFO or a device is one line, never opened
     with open(path, "rb") as f:
@@ -59,7 +60,7 @@ def read_vocab(path: Path, vocab_size: int) -> dict[bytes, int]:
             fields = line.split()
             VOCAB.require(path, len(fields) == 2 and fields[1].isdigit(), f"line {number} is {line[:60]!r}")
             vocab.setdefault(fields[0], NUM_RESERVED + len(vocab))
-    Bounds(1, len(vocab), note=f"({path} has {len(vocab)} words)").check("data.options.vocab_size", vocab_size)
+    VOCAB.require(path, len(vocab) > 0, "holds no word")
     return vocab
 
 
@@ -118,7 +119,7 @@ def load_stackoverflow(root: Path, download: bool, seed: int, vocab_size: Positi
     train = read_split(paths[0], features, _preprocess(vocab, max_length, type, split_types), num_clients, seed)
     test = read_split(paths[1], features, _preprocess(vocab, test_max_length or max_length, test_type, split_types))
     return _sequences("stackoverflow", train, sample_rows(test, test_size, seed, "test_size"),
-                      vocab_size + NUM_RESERVED + 1)
+                      len(vocab) + NUM_RESERVED + 1)
 
 
 def _sequences(name: str, train: FederatedSplit, test: FederatedSplit, num_tokens: int) -> ImageDataset:
