@@ -230,3 +230,26 @@ def test_runs_without_reported_acc_are_compared_by_a_named_column(tmp_path: Path
     with pytest.raises(ConfigError, match=r"'reported_acc' is not a column .*name a column with --metric.*global_acc"):
         load_comparison([tmp_path])
     assert load_comparison([tmp_path], "global_acc").metric == "global_acc"
+
+
+def test_a_paper_row_without_a_run_is_shown_and_counted_and_the_most_specific_row_stands_by_each_config(
+) -> None:
+    """Issue 37 case 10: a row matching no run was dropped without a word, and a general row's number stood beside
+    a configuration a more specific row describes."""
+    from lit_fl.suite.compare.table import to_csv, to_markdown
+    from lit_fl.suite.paper import Paper, PaperRow
+
+    paper = Paper(metric="global_acc", rows=[
+        PaperRow(match={"algorithm": "dfml"}, value=0.70, label="DFML"),
+        PaperRow(match={"algorithm": "dfml", "alpha": 0.5}, value=0.80, label="DFML a=0.5"),
+        PaperRow(match={"algorithm": "fedavg"}, value=0.60, label="FedAvg"),  # no FedAvg run in this comparison
+    ])
+    groups = [Group("dfml a=0.5", {"algorithm": "dfml", "alpha": 0.5}, [run(0, [0.5, 0.75], 1.0)]),
+              Group("dfml a=1", {"algorithm": "dfml", "alpha": 1.0}, [run(0, [0.5, 0.72], 1.0)])]
+    comparison = Comparison("t", groups, paper=paper, metric="global_acc", source=Path("."))
+    lines = to_markdown(comparison, 0.7).splitlines()
+    assert lines[2].startswith("| dfml a=0.5 |") and lines[2].endswith("| 80.00 |")  # its own row, not DFML's 70
+    assert lines[3].startswith("| dfml a=1 |") and lines[3].endswith("| 70.00 |")
+    assert lines[4] == "| FedAvg [paper only: no run] | 0 | - | - | - | - | - | 60.00 |"
+    assert lines[-1] == "1 paper row of global_acc match no run: shown as 'paper only: no run'."
+    assert "FedAvg [paper only: no run],0,0,,,,,,,,,0,0.7,0.6" in to_csv(comparison, 0.7)

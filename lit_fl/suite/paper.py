@@ -175,17 +175,19 @@ def check_matches(paper: Paper | None, path: str | Path, configurations: Iterabl
 
 
 def paper_row(paper: Paper | None, params: dict[str, Any], metric: str | None = None) -> PaperRow | None:
-    """The first row for ``metric`` (default: the file's) whose every ``match`` item equals ``params`` (a run's
-    sweep parameters)."""
+    """The row for ``metric`` (default: the file's) that describes ``params`` (a run's sweep parameters) most
+    closely: of the rows whose every ``match`` item equals ``params``, the one that matches the most items (the first
+    of those), so a general row never stands beside a configuration a more specific row describes."""
+    found = [row for row in rows_for(paper, metric) if matches(row.match, params)]
+    return max(found, key=lambda row: len(row.match), default=None)
+
+
+def rows_for(paper: Paper | None, metric: str | None = None) -> list[PaperRow]:
+    """The paper's rows of ``metric`` (default: the file's), in the file's order."""
     if paper is None:
-        return None
+        return []
     wanted = metric or paper.metric
-    for row in paper.rows:
-        if (row.metric or paper.metric) != wanted:
-            continue
-        if matches(row.match, params):
-            return row
-    return None
+    return [row for row in paper.rows if (row.metric or paper.metric) == wanted]
 
 
 def paper_value(paper: Paper | None, params: dict[str, Any], metric: str | None = None) -> float | None:

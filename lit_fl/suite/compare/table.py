@@ -11,10 +11,12 @@ import io
 import math
 import statistics
 from dataclasses import dataclass
+from typing import Any
 
 from lit_fl.suite.compare.claims import RULE, ClaimResult
 from lit_fl.suite.compare.results import Comparison, Group, RunResult, paper_value_of
 from lit_fl.suite.compare.spread import sample_std
+from lit_fl.suite.paper import PaperRow, matches, rows_for
 from lit_fl.tracking.metric_kind import MetricKind
 
 
@@ -79,7 +81,24 @@ def first_reach(run: RunResult, metric: str, target: float) -> tuple[float, floa
 
 
 def table_rows(comparison: Comparison, target: float) -> list[TableRow]:
-    return [_row(comparison, group, target) for group in comparison.groups]
+    """A row per configuration, then a row per paper number that no configuration's runs match (``no run``): a
+    paper row is never dropped, nor shown beside a configuration it does not describe."""
+    kind = MetricKind(comparison.metric)
+    return [_row(comparison, group, target) for group in comparison.groups] + [
+        TableRow(kind, f"{row.label or _match_label(row.match)} [paper only: no run]", 0, 0, Stat([]), Stat([]),
+                 Stat([]), Stat([]), 0, row.value)
+        for row in unmatched_paper_rows(comparison)
+    ]
+
+
+def unmatched_paper_rows(comparison: Comparison) -> list[PaperRow]:
+    """The paper's rows of the compared metric that match none of the configurations."""
+    return [row for row in rows_for(comparison.paper, comparison.metric)
+            if not any(matches(row.match, group.params) for group in comparison.groups)]
+
+
+def _match_label(match: dict[str, Any]) -> str:
+    return " ".join(f"{key}={value}" for key, value in match.items())
 
 
 def _row(comparison: Comparison, group: Group, target: float) -> TableRow:
@@ -121,6 +140,8 @@ def header(comparison: Comparison, target: float) -> list[str]:
 
 def _cells(row: TableRow) -> list[str]:
     reached = "" if row.reached == row.seeds else f" ({row.reached}/{row.seeds} seeds)"
+    if not row.seeds:  # a paper number without a run
+        return [row.label, "0", "-", "-", "-", "-", "-", _paper_cell(row)]
     return [
         row.label,
         str(row.seeds),
@@ -129,14 +150,21 @@ def _cells(row: TableRow) -> list[str]:
         row.best.shown(row.kind),
         row.rounds_to_target.plain(1) + reached if row.reached else "not reached",
         row.mb_to_target.plain(3, "g") + reached if row.reached else "not reached",
-        "-" if row.paper is None else (f"{100 * row.paper:.2f}" if row.kind.is_accuracy else f"{row.paper:.4g}"),
+        _paper_cell(row),
     ]
+
+
+def _paper_cell(row: TableRow) -> str:
+    return "-" if row.paper is None else (f"{100 * row.paper:.2f}" if row.kind.is_accuracy else f"{row.paper:.4g}")
 
 
 def to_markdown(comparison: Comparison, target: float) -> str:
     head = header(comparison, target)
     lines = ["| " + " | ".join(head) + " |", "| " + " | ".join("---" for _ in head) + " |"]
     lines += ["| " + " | ".join(_cells(row)) + " |" for row in table_rows(comparison, target)]
+    if unmatched := len(unmatched_paper_rows(comparison)):
+        lines += ["", f"{unmatched} paper row{'s' * (unmatched != 1)} of {comparison.metric} match no run: shown as "
+                      "'paper only: no run'."]
     return "\n".join(lines) + "\n"
 
 
