@@ -22,7 +22,7 @@ test-fast:  ## everything but the slow end-to-end tests
 
 fuzz:  ## the property-based tests (tests/test_fuzz_*.py) with random examples, 100 times as many as in make test
 	LIT_FL_HYPOTHESIS=fuzz WANDB_MODE=offline WANDB_SILENT=true $(PYTHON) -m pytest -q tests/test_fuzz_compare.py \
-		tests/test_fuzz_sweep.py tests/test_fuzz_resume.py --hypothesis-show-statistics $(PYTEST_ARGS)
+		tests/test_fuzz_sweep.py tests/test_fuzz_resume.py tests/test_fuzz_file_kinds.py --hypothesis-show-statistics $(PYTEST_ARGS)
 
 mutate:  ## break the science on purpose, one semantic mutation at a time (tests/mutation/mutations.yaml): every mutant must fail a fast test
 	$(PYTHON) tests/mutation/run.py $(MUTATIONS)
