@@ -38,6 +38,8 @@ CASES = [
     ("unknown-data-key", "DFML", ["--data.betta", "0.1"], ["data.betta", "beta"]),
     ("pool", "DFML", ["--models.pool", "[resnet99]"], ["models.pool", "resnet99"]),
     ("same-init", "DFML", ["--models.same_init", "maybe"], ["models.same_init"]),
+    ("devices-above-the-cores", "DFML", ["--trainer.accelerator", "cpu", "--trainer.devices", "1000"],
+     ["trainer.devices", "1000", "one process per device"]),  # it started a thousand processes
     ("accelerator-gpu", "DFML", ["--trainer.accelerator", "gpu"], ["trainer.accelerator", "CUDA"]),
     ("accelerator-cuda", "DFML", ["--trainer.accelerator", "cuda"], ["trainer.accelerator"]),
     ("accelerator-tpu", "DFML", ["--trainer.accelerator", "tpu"], ["trainer.accelerator", "torch_xla"]),

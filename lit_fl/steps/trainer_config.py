@@ -3,10 +3,11 @@ checks its own arguments against; :mod:`lit_fl.config` holds it with the other s
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Literal
 
-from lit_fl.constraints import PositiveInt, check_fields
+from lit_fl.constraints import Bounds, PositiveInt, check_fields
 from lit_fl.errors import ConfigError
 
 
@@ -41,6 +42,20 @@ class TrainerConfig:
         check_fields(self, "trainer.")
         if self.precision == "16-mixed" and not gpu_selected(self.accelerator):
             raise ConfigError("trainer.precision: 16-mixed needs a GPU; allowed on CPU: 32-true, bf16-mixed")
+        if self.devices > 1:
+            Bounds(1, device_count(self.accelerator), note="(one process per device: a CPU's cores, the visible "
+                   "GPUs)").check("trainer.devices", self.devices)
+
+
+def device_count(accelerator: str) -> int:
+    """The devices ``accelerator`` can put one process each on: the visible CUDA GPUs where it runs on them (or
+    none visible: 1, the accelerator's own check says why), else the CPU's cores (``trainer.devices: 1000`` on a
+    CPU would start a thousand processes)."""
+    if gpu_selected(accelerator):
+        import torch
+
+        return max(1, torch.cuda.device_count())
+    return os.cpu_count() or 1
 
 
 def gpu_selected(accelerator: str) -> bool:
