@@ -98,7 +98,8 @@ def with_run_config(argv: list[str]) -> list[str]:
     if not run:
         return argv
     folder = RunDir(Path(run))
-    RUN_FOLDER.require(run, folder.path.is_dir(), "not a run directory (no such folder)")
+    what = "a file" if folder.path.exists() else "no such folder"
+    RUN_FOLDER.require(run, folder.path.is_dir(), f"not a run directory ({what})")
     if not folder.config.is_file():  # a run stopped before its config.yaml was written takes the config given
         RUN_FOLDER.require(run, folder.has_checkpoint() or folder.started_here(),
                            "not a run directory (it holds neither a config.yaml nor a checkpoint)")
