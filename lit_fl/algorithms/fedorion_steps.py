@@ -58,7 +58,6 @@ class FedORIONSteps:
             global_copy,
             client.class_proportions,
             loss=self.loss,
-            kl_weight=self.kl_weight,
             # L_CMi = CE + KL for the local model; L_GMi the same, or its KL alone (Table 3 "w/o DML")
             loss_weights=[(1.0, self.kl_weight), (1.0 if self.global_label_loss else 0.0, self.kl_weight)],
             optimizer=self.optimizer,
