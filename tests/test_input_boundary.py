@@ -130,6 +130,28 @@ def test_resume_of_a_folder_that_is_not_a_run_names_resume_and_the_folder(tmp_pa
     line = _one_line(result.err)
     assert result.rc == 2 and "--resume" in line and str(folder) in line and "not a run" in line, line
 
+class FullDisk:
+    """A file handle on a disk with ``room`` bytes left: a write beyond them fails with ENOSPC, as a full disk's."""
+
+    def __init__(self, handle: Any, room: int) -> None:
+        self.handle, self.room = handle, room
+
+    def write(self, data: Any) -> int:
+        if len(data) > self.room:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self.room -= len(data)
+        return self.handle.write(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.handle, name)
+
+    def __enter__(self) -> FullDisk:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.handle.close()
+
+
 
 def test_full_disk_during_a_checkpoint_names_the_path_and_keeps_the_previous_one(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -142,26 +164,7 @@ def test_full_disk_during_a_checkpoint_names_the_path_and_keeps_the_previous_one
     before = path.read_bytes()
     real_fdopen = os.fdopen
 
-    class FullDisk:
-        def __init__(self, handle: Any) -> None:
-            self.handle, self.written = handle, 0
-
-        def write(self, data: Any) -> int:
-            if self.written + len(data) > 64:
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-            self.written += len(data)
-            return self.handle.write(data)
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(self.handle, name)
-
-        def __enter__(self) -> FullDisk:
-            return self
-
-        def __exit__(self, *exc: object) -> None:
-            self.handle.close()
-
-    monkeypatch.setattr(lit_io.os, "fdopen", lambda *a, **k: FullDisk(real_fdopen(*a, **k)))
+    monkeypatch.setattr(lit_io.os, "fdopen", lambda *a, **k: FullDisk(real_fdopen(*a, **k), room=64))
     with pytest.raises(OSError, match=r"(?i)no space left on device") as info:
         lit_io.atomic_torch_save({"round": 2, "w": torch.ones(10_000)}, path)
     assert info.value.errno == errno.ENOSPC and str(path) in str(info.value)
@@ -235,27 +238,11 @@ def test_full_disk_during_a_run_is_one_line_naming_the_checkpoint(
 
     real_fdopen, saves = os.fdopen, []
 
-    class FullDisk:
-        def __init__(self, handle: Any) -> None:
-            self.handle = handle
-
-        def write(self, data: Any) -> int:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(self.handle, name)
-
-        def __enter__(self) -> FullDisk:
-            return self
-
-        def __exit__(self, *exc: object) -> None:
-            self.handle.close()
-
     def fdopen(fd: int, *args: Any, **kwargs: Any) -> Any:
         handle = real_fdopen(fd, *args, **kwargs)
         if os.readlink(f"/proc/self/fd/{fd}").split("/")[-1].startswith(".last.ckpt."):
             saves.append(fd)
-            return FullDisk(handle) if len(saves) > 1 else handle
+            return FullDisk(handle, room=0) if len(saves) > 1 else handle
         return handle
 
     monkeypatch.setattr(lit_io.os, "fdopen", fdopen)
