@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Sequence
-from contextlib import nullcontext
 from typing import Any
 
 from lit_fl import stop_signals
@@ -27,26 +26,34 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-#: the commands that stop at safe points from their first instruction (``fit``: after the running round, with a
-#: checkpoint); the others end at once on a stop signal, but for the blocks they mark (a sweep's runs)
-SAFE_POINTS = ("fit",)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    safe = stop_signals.safe_points() if args[:1] and args[0] in SAFE_POINTS else nullcontext()
-    with stop_signals.handled(), safe:  # from the first instruction
+    with stop_signals.handled():  # from the first instruction; blocks with safe points say so (a run, a sweep's runs)
         try:
             return _dispatch(args)
-        except stop_signals.Stopped as stop:  # a command without safe points: it ends at once
-            print(f"lit-fl: stopped ({stop.name})", file=sys.stderr)
-            return stop.status
+        except stop_signals.Stopped as stop:  # outside a block with safe points: the command ends at once
+            return _stopped(args[0] if args else "", stop)
         except KeyboardInterrupt:  # a second signal: abort at once, one line, never a traceback
             print("lit-fl: aborted", file=sys.stderr)
             return 130
         except BrokenPipeError:  # `lit-fl ... | head`: the reader has what it wanted
             _silence_stdout()
             return 0
+
+
+#: commands whose stop before their work began is "interrupted, run it again" (exit 75, what a SLURM requeue
+#: recipe checks) rather than the shell's status for the signal
+STOPPED_BEFORE_THE_WORK: dict[str, str] = {
+    "fit": "stopped by {name} before the run started; nothing was written (run the same command again)",
+}
+
+
+def _stopped(command: str, stop: stop_signals.Stopped) -> int:
+    if command in STOPPED_BEFORE_THE_WORK:
+        print(f"lit-fl: {STOPPED_BEFORE_THE_WORK[command].format(name=stop.name)}", file=sys.stderr)
+        return 75
+    print(f"lit-fl: stopped ({stop.name})", file=sys.stderr)
+    return stop.status
 
 
 def _dispatch(argv: list[str]) -> int:

@@ -24,6 +24,9 @@ RUN_FOLDER = FileSchema("a run directory written by lit-fl fit (runs/NAME, holdi
 
 
 def fit_parser() -> ArgumentParser:
+    from lit_fl.strict_yaml import bound_jsonargparse
+
+    bound_jsonargparse()  # a section's file named inside a config is read by jsonargparse: same bounds
     parser = ArgumentParser(
         prog="lit-fl fit",
         description="Run a federated experiment (DFML, decentralized FedAvg, ...) and write a run directory.",
@@ -79,9 +82,22 @@ def _checked(path: Any, key: str) -> Any:
     config = parse_yaml(text, f"{key} {path}")
     if key == "--config" and config is not None and not isinstance(config, dict):
         raise ConfigError(f"{key} {path}: expected a mapping of config keys, got {type(config).__name__}")
+    if isinstance(config, dict):
+        _check_section_files(config, Path(path).parent if Path(path).is_file() else Path.cwd(), f"{key} {path}")
     if not Path(path).is_file():
         return text  # a pipe (--config <(cat tiny.yaml)) is read once: jsonargparse gets the text read here
     return path
+
+
+def _check_section_files(config: dict[str, Any], folder: Path, what: str) -> None:
+    """A section given as a file inside a config (``data: data/iid.yaml``, read by jsonargparse relative to the
+    config's folder) is read through the same boundary first, so its refusal names it."""
+    from lit_fl.strict_yaml import YAML_FILE, parse_yaml
+
+    for section, value in config.items():
+        if isinstance(value, str) and _is_file_key(f"--{section}", value) and (folder / value).exists():
+            name = f"{what}: {section}: {value}"
+            parse_yaml(YAML_FILE.read_text(folder / value, name), name)
 
 
 def with_run_config(argv: list[str]) -> list[str]:

@@ -2,12 +2,13 @@
 (SLURM's ``--signal``) and SIGHUP (a closed terminal), from the first instruction of a command to its exit.
 
 ``lit-fl`` handles them for the whole command (:func:`handled`). Inside a block that has safe points
-(:func:`safe_points`: ``fit``, a sweep's runs) the first one is recorded (:func:`requested`) and the command stops
-at its next safe point (``fit`` after the running round, with a checkpoint; before the first round if it comes
-earlier; ``sweep`` stops its runs); a second one raises ``KeyboardInterrupt``, which aborts at once and which the
-CLI turns into one line and exit status 130. Anywhere else (``compare``, a sweep's planning, a dry run: work that
-writes its files atomically and has nothing to save) the first one ends the command at once: :class:`Stopped`,
-one line and the shell's status for the signal, ``128 + signum`` (130 for Ctrl-C, 143 for SIGTERM).
+(:func:`safe_points`: ``fit``'s run, a sweep's runs) the first one is recorded (:func:`requested`) and the command
+stops at its next safe point (a run after its running round, with a checkpoint, or before its first round if that
+comes earlier; ``sweep`` stops its runs); a second one raises ``KeyboardInterrupt``, which aborts at once and which
+the CLI turns into one line and exit status 130. Anywhere else (reading a config, ``compare``, a sweep's planning,
+a dry run: work that writes its files atomically and has nothing to save) the first one ends the command at once:
+:class:`Stopped`, one line and the shell's status for the signal, ``128 + signum`` (130 for Ctrl-C, 143 for
+SIGTERM), or 75 for ``fit`` (:data:`lit_fl.cli.STOPPED_BEFORE_THE_WORK`: nothing was written, run it again).
 """
 
 from __future__ import annotations

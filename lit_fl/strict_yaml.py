@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from lit_fl.file_schema import FileSchema
+from lit_fl.file_schema import MAX_TEXT_BYTES, FileSchema
 
 #: a YAML file lit-fl reads (a config, a sweep): text, one YAML document, no key repeated in a mapping
 YAML_FILE = FileSchema("")
@@ -22,6 +22,10 @@ class _AliasBomb(yaml.YAMLError):
     """A document whose aliases expand beyond :data:`MAX_NODES`."""
 
 
+class _DuplicateKey(yaml.constructor.ConstructorError):
+    """A mapping that repeats a key."""
+
+
 class _StrictLoader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
@@ -30,7 +34,7 @@ class _StrictLoader(yaml.SafeLoader):
             if not isinstance(key, (str, int, float, bool)):  # unhashable keys are PyYAML's own error
                 continue
             if key in seen:
-                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+                raise _DuplicateKey(None, None, f"duplicate key {key!r}", key_node.start_mark)
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
@@ -81,3 +85,36 @@ def parse_yaml(text: str, what: str) -> Any:
         where = f"line {mark.line + 1}: " if mark is not None else ""
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         YAML_FILE.refuse(what, f"{where}malformed YAML: {problem}")
+
+
+#: jsonargparse's own YAML loader, which :func:`jsonargparse_yaml_load` calls once the bounds hold
+_JSONARGPARSE_YAML: list[Any] = []
+
+
+def jsonargparse_yaml_load(text: str) -> Any:
+    """jsonargparse's YAML loader with lit-fl's bounds, for what jsonargparse reads itself: every command-line value
+    and a section's file named inside a config (``data: data/iid.yaml``), which never passes through
+    :func:`load_yaml`. An alias bomb or a repeated key is one :class:`~lit_fl.errors.ConfigError` line; text that is
+    not YAML goes on to jsonargparse's own loader, which reports it (or keeps it as a string) as it always has."""
+    what = "a YAML file or value read by the config parser (a config section's file)"
+    if len(text) > MAX_TEXT_BYTES:
+        YAML_FILE.refuse(what, f"{len(text):,} characters; lit-fl reads at most {MAX_TEXT_BYTES:,}")
+    try:
+        yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except _AliasBomb as err:
+        YAML_FILE.refuse(what, str(err))
+    except _DuplicateKey as err:
+        YAML_FILE.refuse(what, f"line {err.problem_mark.line + 1}: {err.problem}")
+    except yaml.YAMLError:
+        pass
+    return _JSONARGPARSE_YAML[0](text)
+
+
+def bound_jsonargparse() -> None:
+    """Make :func:`jsonargparse_yaml_load` the loader of jsonargparse's ``yaml`` mode (the mode lit-fl's parsers
+    use); its exceptions stay PyYAML's."""
+    from jsonargparse import get_loader, set_loader
+
+    if not _JSONARGPARSE_YAML:
+        _JSONARGPARSE_YAML.append(get_loader("yaml"))
+    set_loader("yaml", jsonargparse_yaml_load, exceptions=(yaml.YAMLError,))

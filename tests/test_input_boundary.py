@@ -101,6 +101,39 @@ def test_yaml_alias_bomb_is_refused_within_a_second(tmp_path: Path) -> None:
     assert load_yaml(_write(tmp_path / "ok.yaml", "a: &x [1, 2]\nb: *x\n"), "ok") == {"a": [1, 2], "b": [1, 2]}
 
 
+def test_a_section_file_named_inside_a_config_passes_the_same_boundary(tmp_path: Path) -> None:
+    """``data: data.yaml`` inside a config is read by jsonargparse, not by lit-fl's reader: a bomb there ran the
+    machine out of memory (21 GB in 10 minutes) and a FIFO was opened."""
+    body = _alias_bomb().split("data:\n", 1)[1].replace("\n  ", "\n")[2:]  # the data section on its own
+    _write(tmp_path / "bomb.yaml", "name: synthetic\n" + body)
+    os.mkfifo(tmp_path / "pipe.yaml")
+    for section, line in (("bomb.yaml", "data: bomb.yaml: its aliases expand to more than 100,000 nodes"),
+                          ("pipe.yaml", "data: pipe.yaml: is a FIFO")):
+        config = write_config(tmp_path / f"uses-{section}", {**tiny_config("DecentralizedFedAvg"), "data": section})
+        result = _within(20, lambda c=config: run_cli("fit", "--config", c, "--run_dir", tmp_path / "runs"))
+        assert result.rc == 2 and line in _one_line(result.err), result.err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_yaml_that_jsonargparse_reads_itself_is_bounded_too(tmp_path: Path) -> None:
+    """Any text the config parser loads (a command-line value here) meets the alias bound and the repeated-key rule;
+    other text keeps jsonargparse's own reading (a plain string stays a string)."""
+    from lit_fl.strict_yaml import bound_jsonargparse, jsonargparse_yaml_load
+
+    bound_jsonargparse()
+    with pytest.raises(ConfigError, match="aliases expand to more than 100,000 nodes"):
+        _within(10, lambda: jsonargparse_yaml_load(_alias_bomb()))
+    with pytest.raises(ConfigError, match="line 2: duplicate key 'a'"):
+        jsonargparse_yaml_load("a: 1\na: 2\n")
+    assert jsonargparse_yaml_load("{beta: 0.5}") == {"beta": 0.5}
+    assert jsonargparse_yaml_load("runs/x") == "runs/x"
+    with pytest.raises(yaml.YAMLError):  # malformed: jsonargparse's own loader reports it as it always has
+        jsonargparse_yaml_load("a: [1")
+    config = write_config(tmp_path / "tiny.yaml", tiny_config("DecentralizedFedAvg"))
+    result = _within(20, lambda: run_cli("fit", "--config", config, "--data.options", _alias_bomb()))
+    assert result.rc == 2 and "aliases expand" in _one_line(result.err), result.err
+
+
 def _write(path: Path, text: str) -> Path:
     path.write_text(text)
     return path

@@ -203,6 +203,27 @@ def test_6_a_signal_at_any_moment_before_the_first_round_exits_75_with_one_line(
         assert [r["round"] for r in read_metrics(runs / name / "metrics.csv")] == [1, 2, 3], name
 
 
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads handlers from /proc")
+def test_6_a_signal_while_the_config_is_read_ends_fit_at_once(tmp_path: Path) -> None:
+    """Issue 37: fit recorded a stop for its first safe point from its first instruction, so a config that took
+    long to read (an alias bomb, a slow user module) ran on past SIGTERM. The run's safe points start with the run."""
+    marker = tmp_path / "importing"
+    (tmp_path / "slow_method.py").write_text(f"import pathlib, time\npathlib.Path({str(marker)!r}).touch()\n"
+                                             "time.sleep(600)\n")
+    config = write_config(tmp_path / "slow.yaml", {**tiny_config("DecentralizedFedAvg", rounds=1),
+                                                   "algorithm": {"class_path": "slow_method.Slow"}})
+    process = subprocess.Popen(_argv("fit", "--config", config, "--run_dir", tmp_path / "runs"), cwd=tmp_path,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=_env(PYTHONPATH=f"{REPO}:{tmp_path}"))
+    _signal_when(process, signal.SIGTERM, marker.exists)
+    started = time.monotonic()
+    rc, err = process.wait(timeout=60), process.stderr.read()
+    assert time.monotonic() - started < 10, err  # at once, not after the module's 600 s
+    assert rc == 75 and _error_lines(err) == [
+        "lit-fl: stopped by SIGTERM before the run started; nothing was written (run the same command again)"], err
+    assert not (tmp_path / "runs").exists()
+
+
 def test_6_sigterm_to_a_sweep_stops_its_runs_marks_the_manifest_and_exits_75(tmp_path: Path) -> None:
     sweep = _sweep_file(tmp_path, rounds=40)
     runs = tmp_path / "runs" / "sweeps" / "tiny" / "runs"

@@ -58,7 +58,7 @@ def main(argv: Sequence[str]) -> int:
     line, nothing written), 130 aborted (a second Ctrl-C)."""
     from lit_fl.user_code import failed_user_import
 
-    parser = fit_parser()
+    parser = fit_parser()  # a stop signal before the run: at once, exit 75 (lit_fl.cli.STOPPED_BEFORE_THE_WORK)
     try:
         cfg = parser.parse_args(with_run_config(resolve_config_files(argv)))
         experiment, resolved, resume = prepare(cfg, parser)
@@ -69,12 +69,9 @@ def main(argv: Sequence[str]) -> int:
             raise
         print(f"lit-fl: error: algorithm.class_path: cannot load it: {cause}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    if (stop := stop_signals.requested()) is not None:  # asked to stop while the config was being checked
-        print(f"lit-fl: stopped by {stop} before the run started; nothing was written (run the same command "
-              "again)", file=sys.stderr)
-        return EXIT_INTERRUPTED
     try:
-        summary = experiment.fit(resolved, resume=resume)
+        with stop_signals.safe_points():  # the run stops after its running round, with a checkpoint
+            summary = experiment.fit(resolved, resume=resume)
     except (ConfigError, DatasetNotFoundError) as err:  # refused while building, before anything was written
         return _bad_input(err)
     except KeyboardInterrupt:
