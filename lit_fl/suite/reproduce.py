@@ -22,6 +22,7 @@ from pathlib import Path
 
 from lit_fl.configs import resolve_config
 from lit_fl.errors import ConfigError
+from lit_fl.io import atomic_write_text
 from lit_fl.suite.manifest import MANIFEST_FILE
 from lit_fl.suite.reproductions import WALL_TIME, Reproduction, page_sections, write_reproductions
 
@@ -97,7 +98,7 @@ def run_sweep(name: str, run_dir: Path, origin: dict[str, str] | None = None) ->
     if result.returncode == 0 and "already completed: skipped" not in result.stdout:
         record = {"wall_s": round(wall_s, 1), "runs": runs, "jobs": 2,
                   "machine": machine(), "provenance": origin or provenance()}
-        (run_dir / "sweeps" / name / WALL_TIME).write_text(json.dumps(record) + "\n")
+        atomic_write_text(run_dir / "sweeps" / name / WALL_TIME, json.dumps(record) + "\n")
     return result.returncode
 
 
