@@ -132,6 +132,19 @@ class FileSchema:
             said = what() if callable(what) else what
             self.refuse(path, f"{said} ({type(err).__name__}{': ' if reason else ''}{reason})")
 
+    @contextmanager
+    def opening(self, path: str | Path, errors: tuple[type[BaseException], ...],
+                what: str | Callable[[], str] = "cannot be read") -> Iterator[None]:
+        """:meth:`reading` of a file the block opens with its own reader (PIL, NumPy, SQLite): checked to be a
+        regular file first (:meth:`regular`, no size limit: a dataset file may be large), so a FIFO never blocks the
+        reader and a device is never read to its end. A missing file is the reader's own error, one line."""
+        try:
+            self.regular(path, limit=None)
+        except FileNotFoundError:
+            pass
+        with self.reading(path, errors, what):
+            yield
+
     def read_text(self, path: str | Path, name: str | None = None, may_be_absent: bool = False) -> str:
         """The file's text (:meth:`read_bytes`); a file that is not UTF-8 is the file's one line."""
         data = self.read_bytes(path, name, may_be_absent)
@@ -162,7 +175,12 @@ class FileSchema:
         open), a device (``/dev/zero``: endless), a directory or a socket is the file's one line, and so is a file
         above ``limit`` bytes. ``pipe_ok``: the anonymous pipe of a process substitution passes (size 0). A missing
         file raises :class:`FileNotFoundError` for the caller."""
-        info = os.stat(path)
+        try:
+            info = os.stat(path)
+        except FileNotFoundError:
+            raise
+        except OSError as err:  # a symlink loop (ELOOP), a path through a file (ENOTDIR), no permission
+            self.refuse(name or path, f"cannot be read ({err.strerror or err})")
         mode = info.st_mode
         if stat.S_ISREG(mode):
             self.require(name or path, limit is None or info.st_size <= limit, _too_large(info.st_size, limit))

@@ -26,11 +26,16 @@ KINDS = ("yaml", "empty", "binary", "directory", "fifo", "device", "link-to-yaml
          "link-loop", "missing")
 
 
+class Hang(BaseException):
+    """A block ran past its deadline: a BaseException, so no reader's ``except OSError`` (TimeoutError is one) or
+    ``except Exception`` turns it into a refusal."""
+
+
 @contextmanager
 def deadline(seconds: int) -> Iterator[None]:
     """Fail (instead of hanging the suite) when the block runs longer than ``seconds``."""
     def expired(signum: int, frame: object) -> None:
-        raise TimeoutError(f"still running after {seconds} s")
+        raise Hang(f"still running after {seconds} s")
 
     previous = signal.signal(signal.SIGALRM, expired)
     signal.alarm(seconds)
@@ -164,3 +169,42 @@ def test_a_folder_of_runs_with_links_counts_each_real_run_once(runs: int, links:
         skipped = {item.name for item in comparison.skipped}
         for j, link in enumerate(links):
             assert (f"link{j}" in " ".join(skipped)) == (link != "to-run"), (link, skipped)
+
+
+#: the kinds a dataset file can be that its own reader (SQLite, NumPy, PIL) must never be handed
+DATA_KINDS = ("empty", "binary", "directory", "fifo", "device", "link-to-device", "broken-link", "link-loop")
+
+
+def _read_dataset_file(reader: str, path: Path, folder: Path) -> str:
+    """``path`` read by one dataset reader that opens files itself; the name the reader knows the file by."""
+    if reader == "sqlite":
+        from lit_fl.data.fedjax_sqlite import FederatedSQLite
+
+        FederatedSQLite(path).rows()
+    elif reader == "npz":
+        from lit_fl.data.pathmnist import FILE, load_pathmnist
+
+        (folder / "root").mkdir()
+        (folder / "root" / FILE).symlink_to(path)
+        load_pathmnist(folder / "root", download=False, seed=0)
+        return FILE
+    else:
+        from lit_fl.data.tiny_imagenet import decode
+
+        decode([(path, 0)], 8)
+    return path.name
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+@budget(40)
+@given(kind=st.sampled_from(DATA_KINDS), reader=st.sampled_from(["sqlite", "npz", "image"]))
+def test_a_dataset_file_of_any_kind_is_refused_in_one_line_before_its_reader_opens_it(kind: str, reader: str) -> None:
+    from lit_fl.errors import DatasetNotFoundError
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = make(kind, Path(tmp))
+        name = "pathmnist.npz" if reader == "npz" else path.name
+        with deadline(10), pytest.raises((ConfigError, DatasetNotFoundError)) as info:
+            _read_dataset_file(reader, path, Path(tmp))
+        message = str(info.value)
+        assert "\n" not in message and name in message, (kind, reader, message)

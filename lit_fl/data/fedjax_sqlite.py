@@ -89,8 +89,8 @@ class FederatedSQLite:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        SQLITE.require(self.path, self.path.is_file(), "no such file")
-        with SQLITE.reading(self.path, DATABASE_ERRORS, "not a SQLite database"):
+        SQLITE.require(self.path, self.path.exists(), "no such file")
+        with SQLITE.opening(self.path, DATABASE_ERRORS, "not a SQLite database"):
             self._connection = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
             columns = {row[1] for row in self._connection.execute(f"PRAGMA table_info({TABLE})")}
         SQLITE.names(self.path, f"table {TABLE} with columns", COLUMNS, columns)

@@ -55,7 +55,7 @@ def load_pathmnist(root: Path, download: bool, seed: int, **options: object) -> 
     size = image_options("pathmnist", options)["size"]
     require_layout("pathmnist", root, download)
     path = Path(root).expanduser().resolve() / FILE
-    with _SPEC.schema.reading(path, NPZ_ERRORS, "cannot be read as MedMNIST's .npz"), \
+    with _SPEC.schema.opening(path, NPZ_ERRORS, "cannot be read as MedMNIST's .npz"), \
             np.load(path, allow_pickle=False) as arrays:
         train, val, test = (read_split(arrays, path, split) for split in SPLITS)
     train_x = resize_all(np.concatenate([train[0], val[0]]), size)

@@ -67,7 +67,7 @@ def decode(files: list[tuple[Path, int]], size: int) -> tuple[np.ndarray, np.nda
     """uint8 ``(N, size, size, 3)`` images and int64 labels; an unreadable or missing image is one line naming it."""
     images = []
     for path, _ in files:
-        with LAYOUT.reading(path, (OSError, ValueError), "cannot be read as an image"), Image.open(path) as image:
+        with LAYOUT.opening(path, (OSError, ValueError), "cannot be read as an image"), Image.open(path) as image:
             images.append(resized_rgb(image, size))
     return stack_rgb(images, size), np.asarray([label for _, label in files], dtype=np.int64)
 
