@@ -15,7 +15,10 @@ evaluation, or the rest. Each configuration runs fused and unfused (``trainer.fu
 and FML's client DML, UA-PDFL's aux-proximal training, Def-KT's fusion, codistillation's clients, DFML's mutual
 learning, the predict phases of the public-data methods); "other steps" the server steps
 (:meth:`StepRunner.run_server_step`); "per round" is everything a round dispatches (the algorithm's round and the
-evaluation that follows it), per round.
+evaluation that follows it), per round; "host syncs per round" the round's dispatched host synchronisations
+(:attr:`~lit_fl.kernel_count.KernelCounter.syncs`: values read back, data-dependent shapes) and "host copies" its
+``.tolist()``/``.numpy()``/``.cpu()`` calls, an upper bound (host data counts too). ``--sync-sites N`` lists the
+lines of lit-fl that synchronised or copied most.
 """
 
 from __future__ import annotations
@@ -61,8 +64,9 @@ PHASES = ("client phase", "other steps", "evaluation", "rest")
 
 
 @contextmanager
-def phases(counter: KernelCounter, rounds: list[int]):  # noqa: ANN201
-    """Label client phases, other steps and evaluation while the block runs; count the rounds in ``rounds``."""
+def phases(counter: KernelCounter, rounds: list[tuple[int, int, int]]):  # noqa: ANN201
+    """Label client phases, other steps and evaluation while the block runs; each round's kernels, host
+    synchronisations and host copies go to ``rounds``."""
     from lit_fl.federation.evaluation import Evaluator
     from lit_fl.federation.loop import RoundLoop
     from lit_fl.steps.runner import StepRunner
@@ -78,11 +82,11 @@ def phases(counter: KernelCounter, rounds: list[int]):  # noqa: ANN201
         return wrapper
 
     def counted_round(self: RoundLoop, round_: int) -> Any:
-        before = counter.total
+        before = counter.total, counter.syncs, counter.copies
         try:
             return run_round(self, round_)
         finally:
-            rounds.append(counter.total - before)
+            rounds.append((counter.total - before[0], counter.syncs - before[1], counter.copies - before[2]))
 
     patches: list[tuple[type, str, Callable]] = [
         (StepRunner, "run_phase", labelled("client phase", run_phase)),
@@ -99,7 +103,7 @@ def phases(counter: KernelCounter, rounds: list[int]):  # noqa: ANN201
         RoundLoop.run_round = run_round
 
 
-def count(argv: list[str], fuse: str, devices: int = 1) -> tuple[KernelCounter, list[int]]:
+def count(argv: list[str], fuse: str, devices: int = 1) -> tuple[KernelCounter, list[tuple[int, int, int]]]:
     """Kernels of one ``lit-fl fit`` with ``trainer.fuse`` (and the kernels of each of its rounds); raises if the run
     fails. Evaluation runs with the batch size a GPU run uses (1024, one batch for mnist5k's test set) instead of
     the CPU's 128: the count stands for the kernels a GPU launches."""
@@ -126,21 +130,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--methods", action="store_true", help="every method on 50-client mnist5k federations")
     parser.add_argument("--only", nargs="*", choices=[*CONFIGS, *METHODS], help="configurations to count")
     parser.add_argument("--fuse", nargs="*", default=["off", "on"], choices=["off", "on"])
+    parser.add_argument("--sync-sites", type=int, default=0, metavar="N",
+                        help="after each row, the N lines of lit-fl that synchronised most often")
     args = parser.parse_args(argv)
     table = METHODS if args.methods else CONFIGS
     world = int(os.environ.get("WORLD_SIZE", "1"))  # under torchrun: each rank counts its own kernels
     rank = f"rank {os.environ.get('RANK', '0')}/{world} | " if world > 1 else ""
-    print(f"| {'rank | ' if world > 1 else ''}config | fuse | {' | '.join(PHASES)} | total | per round |")
-    print("|---|" * (2 if world > 1 else 1) + "---|" + "---|" * (len(PHASES) + 2))
+    print(f"| {'rank | ' if world > 1 else ''}config | fuse | {' | '.join(PHASES)} | total | per round "
+          "| host syncs per round | host copies per round |")
+    print("|---|" * (2 if world > 1 else 1) + "---|" + "---|" * (len(PHASES) + 4))
     for name in args.only or list(table):
         per_round = {}
         for fuse in args.fuse:
             counter, rounds = count(table[name], fuse, world)
-            per_round[fuse] = sum(rounds) / max(len(rounds), 1)
+            per_round[fuse], syncs, copies = (sum(r[i] for r in rounds) / max(len(rounds), 1) for i in range(3))
             cells = " | ".join(f"{counter.by_phase.get(p, 0):,}" for p in PHASES)
-            print(f"| {rank}{name} | {fuse} | {cells} | {counter.total:,} | {per_round[fuse]:,.0f} |", flush=True)
+            print(f"| {rank}{name} | {fuse} | {cells} | {counter.total:,} | {per_round[fuse]:,.0f} | {syncs:,.0f} "
+                  f"| {copies:,.0f} |",
+                  flush=True)
+            for (phase, site), calls in counter.sync_sites.most_common(args.sync_sites):
+                print(f"|   {calls:,} syncs | {phase} | {site} |", flush=True)
         if {"on", "off"} <= set(per_round):
-            print(f"| {rank}{name} | on/off | | | | | | {per_round['on'] / per_round['off']:.2f} |", flush=True)
+            print(f"| {rank}{name} | on/off | | | | | | {per_round['on'] / per_round['off']:.2f} | | |", flush=True)
     return 0
 
 

@@ -10,7 +10,7 @@ from federations import same_weights, tiny_federation
 
 from lit_fl.algorithms import DFML, DecentralizedFedAvg
 from lit_fl.federation.evaluation import Evaluator
-from lit_fl.federation.fingerprint import fingerprint
+from lit_fl.federation.fingerprint import fingerprint, fingerprints
 from lit_fl.federation.ledger import CommunicationLedger
 from lit_fl.steps import StepRunner
 
@@ -246,6 +246,7 @@ def test_fingerprint_is_equal_for_equal_weights_and_differs_for_one_changed_valu
     with torch.no_grad():
         next(b.parameters()).view(-1)[0] += 1e-7
     assert fingerprint(a) != fingerprint(b)
+    assert fingerprints([a, b, a]) == [fingerprint(a), fingerprint(b), fingerprint(a)]  # one transfer, same digests
 
 
 # -- copy-on-write peak models -------------------------------------------------------------------------------
@@ -285,7 +286,7 @@ def test_a_cluster_average_is_fingerprinted_once(monkeypatch: pytest.MonkeyPatch
     algo.setup(fed)
     algo.run_round(1, fed, StepRunner(accelerator="cpu"), CommunicationLedger())
     calls = []
-    monkeypatch.setattr(evaluation, "fingerprint", lambda model: calls.append(model) or fingerprint(model))
+    monkeypatch.setattr(evaluation, "fingerprints", lambda models: calls.extend(models) or fingerprints(models))
     evaluator = Evaluator()
     assert evaluator.evaluate(fed) == reference_metrics(fed)
     assert len(calls) == 1 and evaluator.evaluated == 1
@@ -293,3 +294,42 @@ def test_a_cluster_average_is_fingerprinted_once(monkeypatch: pytest.MonkeyPatch
         next(fed.clients[2].model.parameters()).add_(1.0)  # its own weights again, seen without being marked
     evaluator.evaluate(fed)
     assert len(calls) == 2 and evaluator.evaluated == 2
+
+
+# -- host synchronisations -----------------------------------------------------------------------------------------
+
+
+def test_the_kernel_counter_counts_each_kind_of_host_synchronisation() -> None:
+    from lit_fl.kernel_count import KernelCounter
+
+    x = torch.arange(6.0)
+    with KernelCounter() as counter:
+        x.sum().item()  # a value read back
+        bool(x[0] > 1)  # a branch on a value
+        x[x > 2]  # a boolean mask: the output's length is on the device
+        torch.nonzero(x)
+        x.tolist(), x.numpy(), x.cpu()  # copies to the host: no kernel on a CPU, counted apart
+        x * 2  # no synchronisation
+    assert counter.syncs == 4 and counter.copies == 3
+    assert torch.Tensor.tolist is not None and "counted" not in repr(torch.Tensor.tolist)  # patches undone
+
+
+@pytest.mark.parametrize("fuse", [False, True])
+def test_an_evaluation_reads_the_device_a_fixed_number_of_times_however_many_models(fuse: bool) -> None:
+    """Every model's accuracy comes back in one transfer per architecture (fused) and its fingerprint in one for
+    all models: the evaluation's waits on the device do not grow with the clients (31 reads for 31 models before)."""
+    from lit_fl.kernel_count import KernelCounter
+
+    reads = []
+    for clients in (4, 12):
+        fed = tiny_federation(num_clients=clients, pool=("cnn_4",))
+        for client in fed.clients:  # every client its own weights: nothing shared, nothing cached
+            with torch.no_grad():
+                next(client.model.parameters()).add_(0.01 * client.id)
+        evaluator = Evaluator(fuse=fuse)
+        with KernelCounter() as counter:
+            metrics = evaluator.evaluate(fed)
+        assert evaluator.evaluated == clients and metrics == reference_metrics(fed)
+        reads.append((counter.syncs, counter.copies if fuse else None))
+    assert reads[0] == reads[1], reads
+    assert reads[0][0] <= 1

@@ -45,8 +45,7 @@ from torch import Tensor, nn
 
 from lit_fl.data.tokens import correct_counts, counted_totals
 from lit_fl.errors import ConfigError
-from lit_fl.federation.fingerprint import Fingerprint, Stamp, fingerprint, stamp
-from lit_fl.federation.fused_evaluation import split_counts
+from lit_fl.federation.fingerprint import Fingerprint, Stamp, fingerprints, stamp
 from lit_fl.federation.state import Client, Federation, WeightsToken
 from lit_fl.steps.placement import Placement
 
@@ -94,6 +93,8 @@ class Evaluator:
         self._holders: Counter[WeightsKey] = Counter()  # slots holding each key (test entries die at 0)
         self._server: dict[str, tuple[Stamp, dict[str, float]]] = {}
         self._token_fingerprints: WeakKeyDictionary[WeightsToken, Fingerprint] = WeakKeyDictionary()
+        self._prefetched: dict[int, tuple[nn.Module, Fingerprint]] = {}  # id -> (model, digest), one evaluation
+        self._test_totals: tuple[Tensor, int] | None = None  # (test_y, its counted predictions)
 
     # -- identity ---------------------------------------------------------------------------------------
 
@@ -137,12 +138,36 @@ class Evaluator:
         return keys
 
     def _fingerprint(self, model: nn.Module, token: WeightsToken | None) -> Fingerprint:
-        """The model's fingerprint; computed once per :class:`WeightsToken` (a state dict several clients loaded)."""
-        if token is None:
-            return fingerprint(model)
-        if token not in self._token_fingerprints:
-            self._token_fingerprints[token] = fingerprint(model)
-        return self._token_fingerprints[token]
+        """The model's fingerprint; computed once per :class:`WeightsToken` (a state dict several clients loaded),
+        taken from :meth:`_prefetch`'s batch when it is there."""
+        if token is not None and token in self._token_fingerprints:
+            return self._token_fingerprints[token]
+        found = self._prefetched.pop(id(model), None)
+        digest = found[1] if found is not None and found[0] is model else fingerprints([model])[0]
+        if token is not None:
+            self._token_fingerprints[token] = digest
+        return digest
+
+    def _prefetch(self, clients: list[Client]) -> None:
+        """Fingerprint every model whose stamp moved since it was last keyed, in one transfer to the host
+        (:func:`~lit_fl.federation.fingerprint.fingerprints`): :meth:`keys` then reads them instead of copying
+        each model's tensors back one by one."""
+        stale: dict[int, nn.Module] = {}
+        tokens: set[WeightsToken] = set()
+        for client in clients:
+            known = self._keys.get(client.id, {})
+            for slot, _, model in self._slots(client):
+                entry = known.get(slot)
+                if entry is not None and entry[0] == stamp(model):
+                    continue
+                token = client.shared_weights() if slot == "regular" else None
+                if token is not None and (token in self._token_fingerprints or token in tokens):
+                    continue
+                if token is not None:
+                    tokens.add(token)
+                stale[id(model)] = model
+        models = list(stale.values())
+        self._prefetched = {id(m): (m, digest) for m, digest in zip(models, fingerprints(models))} if models else {}
 
     def _release(self, key: WeightsKey) -> None:
         self._holders[key] -= 1
@@ -178,29 +203,35 @@ class Evaluator:
             return torch.cat([correct_counts(model(x[i : i + batch_size]), y[i : i + batch_size], sequence)
                               for i in range(0, len(x), batch_size)])
 
-    def _count(self, work: _Pass, fed: Federation) -> list[int]:
-        """The pass's correct counts: the test set's (when asked), then each validation client's."""
+    def _correct_row(self, work: _Pass, fed: Federation) -> Tensor:
+        """The pass's correct predictions on the device, int64: the test set's count (when asked), then each
+        validation sample's (:func:`~lit_fl.federation.fused_evaluation.row_counts` reads it on the host)."""
         data, model, batch_size = fed.data, work.model, self._batch_size(fed)
-        counts: list[int] = []
+        parts: list[Tensor] = []
         was_training = model.training
         model.eval()
         try:
             if work.test:
-                counts.append(int(self._correct(model, data.test_x, data.test_y, batch_size, data.is_sequence).sum()))
+                parts.append(self._correct(model, data.test_x, data.test_y, batch_size, data.is_sequence).sum()[None])
             if work.val_clients:
                 idx = torch.cat([c.val_idx for c in work.val_clients]).to(data.train_x.device)
-                correct = self._correct(model, data.train_x[idx], data.train_y[idx], batch_size, data.is_sequence)
-                counts += split_counts(correct.cpu().numpy(), [len(c.val_idx) for c in work.val_clients])
+                parts.append(self._correct(model, data.train_x[idx], data.train_y[idx], batch_size, data.is_sequence))
         finally:
             model.train(was_training)
-        return counts
+        return torch.cat([p.to(torch.int64) for p in parts]) if parts else torch.zeros(0, dtype=torch.int64)
 
     def _store(self, key: WeightsKey, work: _Pass, counts: list[int], fed: Federation) -> None:
         if work.test:
-            self._test[key] = _accuracy(counts[0], _test_total(fed))
+            self._test[key] = _accuracy(counts[0], self._test_total(fed))
         for client, count in zip(work.val_clients, counts[int(work.test) :]):
             self._val.setdefault(client.id, {})[key] = _accuracy(count, _val_total(client, fed))
         self.evaluated += 1
+
+    def _test_total(self, fed: Federation) -> int:
+        """:func:`_test_total`, read from the device once per test set (not once per model)."""
+        if self._test_totals is None or self._test_totals[0] is not fed.data.test_y:
+            self._test_totals = (fed.data.test_y, _test_total(fed))
+        return self._test_totals[1]
 
     def _run_all(self, passes: dict[WeightsKey, _Pass], fed: Federation) -> None:
         """Run the passes; with several processes the passes are balanced over ranks by cost (samples x
@@ -227,29 +258,40 @@ class Evaluator:
             self._store(key, work, counts[offset : offset + size], fed)
 
     def _counts(self, works: list[_Pass], fed: Federation) -> list[list[int]]:
-        """The correct counts of every pass: the passes of one architecture fused (``fuse``), the others alone."""
-        counts: list[list[int] | None] = [None] * len(works)
-        if self.fuse:
-            for i, row in self._fused_counts(works, fed).items():
-                counts[i] = row
-        return [row if row is not None else self._count(work, fed) for row, work in zip(counts, works)]
+        """The correct counts of every pass (the passes of one architecture fused with ``fuse``, the others alone),
+        brought to the host in one transfer: the host waits for the device once per evaluation, not per model."""
+        from lit_fl.federation.fused_evaluation import row_counts
 
-    def _fused_counts(self, works: list[_Pass], fed: Federation) -> dict[int, list[int]]:
-        """Counts of the passes that fuse (:mod:`~lit_fl.federation.fused_evaluation`): groups of same-architecture
-        passes that both do or both skip the test set."""
-        from lit_fl.federation.fused_evaluation import fused_counts
+        rows: list[Tensor | None] = [None] * len(works)
+        if self.fuse:
+            for i, row in self._fused_rows(works, fed).items():
+                rows[i] = row
+        rows = [row if row is not None else self._correct_row(work, fed) for row, work in zip(rows, works)]
+        if not rows:
+            return []
+        host = torch.cat([row.reshape(-1).to(rows[0].device) for row in rows]).cpu().numpy()
+        out, start = [], 0
+        for row, work in zip(rows, works):
+            out.append(row_counts(host[start : start + row.numel()], work.test, [c.val_idx for c in work.val_clients]))
+            start += row.numel()
+        return out
+
+    def _fused_rows(self, works: list[_Pass], fed: Federation) -> dict[int, Tensor]:
+        """Device rows (:func:`~lit_fl.federation.fused_evaluation.fused_correct`) of the passes that fuse: groups
+        of same-architecture passes that both do or both skip the test set."""
+        from lit_fl.federation.fused_evaluation import fused_correct
         from lit_fl.steps.fusion import fusion_groups
 
         modes = [w.model.training for w in works]
         for w in works:
             w.model.eval()
-        out: dict[int, list[int]] = {}
+        out: dict[int, Tensor] = {}
         try:
             for test in (True, False):
                 chosen = [i for i, w in enumerate(works) if w.test == test]
                 for group in fusion_groups([works[i].model for i in chosen], [True] * len(chosen)):
                     members = [chosen[i] for i in group]
-                    rows = fused_counts(
+                    rows = fused_correct(
                         [works[i].model for i in members],
                         (fed.data.test_x, fed.data.test_y) if test else None,
                         [[c.val_idx for c in works[i].val_clients] for i in members],
@@ -277,7 +319,7 @@ class Evaluator:
             model.eval()
             try:
                 correct = self._correct(model, fed.data.test_x, fed.data.test_y, batch_size, fed.data.is_sequence)
-                cached = (now, _server_metrics(name, correct.cpu(), fed))
+                cached = (now, _server_metrics(name, correct.cpu(), fed, self._test_total(fed)))
             finally:
                 model.train(was_training)
             self._server[name] = cached
@@ -288,7 +330,9 @@ class Evaluator:
 
     def evaluate(self, fed: Federation) -> dict[str, float]:
         """The round's accuracy metrics (fractions in [0, 1])."""
+        self._prefetch(fed.clients)
         keys = [self.keys(c) for c in fed.clients]
+        self._prefetched = {}
         self._run_all(self._plan(fed, keys), fed)
         reported, regular, local, local_regular = [], [], [], []
         per_arch: dict[str, list[float]] = {}
@@ -335,10 +379,11 @@ def _test_total(fed: Federation) -> int:
     return int(counted_totals(fed.data.test_y, fed.data.is_sequence).sum())
 
 
-def _server_metrics(name: str, correct: Tensor, fed: Federation) -> dict[str, float]:
-    """A server model's accuracy on the test set from its per-sample ``correct`` counts, and on each domain's test
-    samples (the correct and counted predictions of that domain's samples alone)."""
-    metrics = {f"server_acc/{name}": _accuracy(int(correct.sum()), _test_total(fed))}
+def _server_metrics(name: str, correct: Tensor, fed: Federation, total: int) -> dict[str, float]:
+    """A server model's accuracy on the test set from its per-sample ``correct`` counts (on the host) out of
+    ``total`` counted predictions, and on each domain's test samples (the correct and counted predictions of that
+    domain's samples alone)."""
+    metrics = {f"server_acc/{name}": _accuracy(int(correct.sum()), total)}
     domains = fed.data.domains
     if domains is None:
         return metrics

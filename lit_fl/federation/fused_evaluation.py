@@ -22,6 +22,33 @@ from lit_fl.steps.fusion import FusedModels
 
 
 @torch.no_grad()
+def fused_correct(
+    models: Sequence[nn.Module],
+    test: tuple[Tensor, Tensor] | None,
+    val_indices: Sequence[Sequence[Tensor]],
+    train: tuple[Tensor, Tensor],
+    batch_size: int,
+    autocast: Callable[[], AbstractContextManager],
+    sequence: bool = False,
+) -> Tensor:
+    """``[G, T + L]`` int64 on the device, model g's row: its correct count on ``test`` (when given, ``T = 1``),
+    then its correct predictions on each sample of its validation index sets into ``train`` (``val_indices[g]``:
+    one set per client that holds model g; padding after). :func:`rows` reads a row's counts. Models must be in
+    eval mode. With ``sequence`` the counts are of correct counted tokens
+    (:func:`~lit_fl.data.tokens.correct_counts`)."""
+    group = FusedModels(models).eval()
+    with torch.inference_mode(), autocast():
+        columns = [_test_counts(group, *test, batch_size, sequence)[:, None]] if test is not None else []
+        columns.append(_val_correct(group, val_indices, *train, batch_size, sequence))
+        return torch.cat([c.to(torch.int64) for c in columns], dim=1)
+
+
+def row_counts(row: np.ndarray, test: bool, sets: Sequence[Tensor]) -> list[int]:
+    """A row of :func:`fused_correct` (read on the host) as counts: the test set's (when ``test``), then each
+    validation set's."""
+    return ([int(row[0])] if test else []) + split_counts(row[int(test) :], [len(i) for i in sets])
+
+
 def fused_counts(
     models: Sequence[nn.Module],
     test: tuple[Tensor, Tensor] | None,
@@ -31,20 +58,10 @@ def fused_counts(
     autocast: Callable[[], AbstractContextManager],
     sequence: bool = False,
 ) -> list[list[int]]:
-    """Per model: its correct count on ``test`` (when given), then on each of its validation index sets into
-    ``train`` (``val_indices[g]``: one set per client that holds model g). Models must be in eval mode. With
-    ``sequence`` the counts are of correct counted tokens (:func:`~lit_fl.data.tokens.correct_counts`)."""
-    group = FusedModels(models).eval()
-    with torch.inference_mode(), autocast():
-        test_counts = _test_counts(group, *test, batch_size, sequence) if test is not None else None
-        val_correct = _val_correct(group, val_indices, *train, batch_size, sequence)
-    counts: list[list[int]] = []
-    correct = val_correct.numpy()  # bookkeeping on the host: one transfer, no kernel per client
-    for g, sets in enumerate(val_indices):
-        row = [] if test_counts is None else [test_counts[g]]
-        row += split_counts(correct[g], [len(i) for i in sets])
-        counts.append(row)
-    return counts
+    """Per model: its correct count on ``test`` (when given), then on each of its validation index sets
+    (:func:`fused_correct`, read in one transfer)."""
+    host = fused_correct(models, test, val_indices, train, batch_size, autocast, sequence).cpu().numpy()
+    return [row_counts(host[g], test is not None, sets) for g, sets in enumerate(val_indices)]
 
 
 def split_counts(correct: np.ndarray, sizes: Sequence[int]) -> list[int]:
@@ -53,22 +70,23 @@ def split_counts(correct: np.ndarray, sizes: Sequence[int]) -> list[int]:
     return [int(correct[a:b].sum()) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
-def _test_counts(group: FusedModels, x: Tensor, y: Tensor, batch_size: int, sequence: bool) -> list[int]:
+def _test_counts(group: FusedModels, x: Tensor, y: Tensor, batch_size: int, sequence: bool) -> Tensor:
+    """``[G]`` on the device: each model's correct count on the test set."""
     correct = torch.zeros(len(group.params[0]), dtype=torch.int64, device=y.device)
     for i in range(0, len(y), batch_size):
         correct += correct_counts(group(x[i : i + batch_size]), y[i : i + batch_size], sequence).sum(1)
-    return correct.tolist()
+    return correct
 
 
 def _val_correct(group: FusedModels, val_indices: Sequence[Sequence[Tensor]], x: Tensor, y: Tensor,
                  batch_size: int, sequence: bool) -> Tensor:
-    """``[G, L]`` on the CPU: model g's correct predictions on its i-th validation sample (padding after)."""
+    """``[G, L]`` on the device: model g's correct predictions on its i-th validation sample (padding after)."""
     per_model = [torch.cat(list(sets)) if sets else torch.zeros(0, dtype=torch.long) for sets in val_indices]
     longest = max(len(i) for i in per_model)
     if longest == 0:
-        return torch.zeros(len(per_model), 0, dtype=torch.long)
+        return torch.zeros(len(per_model), 0, dtype=torch.long, device=x.device)
     index = torch.stack([torch.cat([i, i[:1].expand(longest - len(i))]) if len(i) else torch.zeros(longest,
                          dtype=torch.long) for i in per_model]).to(x.device)
     parts = [correct_counts(group(x[index[:, s : s + batch_size]], per_model=True), y[index[:, s : s + batch_size]],
                             sequence) for s in range(0, longest, batch_size)]
-    return torch.cat(parts, dim=1).cpu()
+    return torch.cat(parts, dim=1)
