@@ -51,10 +51,11 @@ def test_a_sweep_started_and_continued_from_two_other_folders_writes_into_its_ow
     manifest["runs"][1]["status"] = "interrupted"  # as a stop during run 001 leaves it
     (folder / "manifest.json").write_text(json.dumps(manifest))
     shutil.rmtree(folder / "runs" / "001-tiny-s1")
-    (tmp_path / "third").mkdir()
-    again = _in(tmp_path / "third", "sweep", sweep, "--run_dir", "../runs")
+    deeper = tmp_path / "a" / "b"  # another depth: the relative ../runs of the first call is another folder here
+    deeper.mkdir(parents=True)
+    again = _in(deeper, "sweep", sweep, "--run_dir", "../../runs")
     assert again.returncode == 0, again.stderr
-    assert list(elsewhere.iterdir()) == [] and list((tmp_path / "third").iterdir()) == []
+    assert list(elsewhere.iterdir()) == [] and list(deeper.iterdir()) == [] and not (tmp_path / "a" / "runs").exists()
     runs = tmp_path / "runs" / "sweeps" / "s" / "runs"
     assert sorted(p.name for p in runs.iterdir()) == ["000-tiny-s0", "001-tiny-s1"]
     assert all((run / "summary.json").is_file() for run in runs.iterdir())
