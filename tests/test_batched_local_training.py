@@ -196,13 +196,13 @@ def test_fused_evaluation_reports_the_unfused_metrics(pool: tuple[str, ...], mon
     fed.clients[1].update_peak(0.5)
     local_phase(algo, fed, "off", [1])
     fused_models: list[int] = []
-    counts = fused_evaluation.fused_counts
+    correct = fused_evaluation.fused_correct
 
     def spy(models, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
         fused_models.append(len(models))
-        return counts(models, *args, **kwargs)
+        return correct(models, *args, **kwargs)
 
-    monkeypatch.setattr(fused_evaluation, "fused_counts", spy)
+    monkeypatch.setattr(fused_evaluation, "fused_correct", spy)
     unfused, fused = Evaluator(batch_size=7), Evaluator(batch_size=7, fuse=True)
     expected = unfused.evaluate(copy.deepcopy(fed))
     assert fused.evaluate(fed) == expected

@@ -97,18 +97,51 @@ def test_fused_phase_equals_the_unfused_phase_for_every_pool_architecture(arch: 
     assert_same_models(list(fused.models), list(unfused.models))
 
 
-def test_mixed_pool_with_vit_fuses_what_is_exact_and_runs_the_rest_unfused() -> None:
-    """ViT draws dropout masks in training: it is never fused (its draws would change), the others are."""
+def test_mixed_pool_with_vit_fuses_every_architecture_and_without_dropout_equals_unfused() -> None:
+    """ViT draws dropout masks in training and fuses like the others (each model its own masks); with its dropout
+    at 0 the fused phase equals the unfused one, so fusing dropout models changes nothing but the draws."""
     archs = ["vit_32_32", "cnn_8_16", "vit_32_32", "cnn_8_16", "resnet18_4_8_16_32", "resnet18_4_8_16_32"]
     models = models_of(archs)
-    assert not fusible(models[0]) and fusible(models[1]) and fusible(models[4])
-    assert fusion_groups(models, [True] * len(models)) == [[1, 3], [4, 5]]
-    torch.manual_seed(5)
+    assert all(fusible(m) for m in models)
+    assert fusion_groups(models, [True] * len(models)) == [[0, 2], [1, 3], [4, 5]]
+    for model in models:
+        for module in model.modules():
+            if isinstance(module, nn.Dropout):
+                module.p = 0.0
     fused = mutual_phase(copy.deepcopy(models), "on")
-    torch.manual_seed(5)  # the same dropout draws on both sides
     unfused = mutual_phase(copy.deepcopy(models), "off")
     torch.testing.assert_close(fused.loss_sum, unfused.loss_sum, rtol=RTOL, atol=0.0)
     assert_same_models(list(fused.models), list(unfused.models))
+
+
+def test_fused_dropout_draws_each_models_masks_from_the_unfused_distribution() -> None:
+    """G fused copies of a dropout layer: each model's mask keeps a unit with probability 1 - p and scales it by
+    1 / (1 - p), as unfused dropout does, and the models' masks are independent (not one mask shared by all):
+    frequencies within 5 binomial standard errors of p, of p^2 (both dropped) and of the unfused layer's."""
+    p, units, g = 0.3, 20_000, 4
+    torch.manual_seed(0)
+    out = FusedModels([Masked(p) for _ in range(g)]).train()(torch.ones(1, units))[:, 0]  # [G, units]
+    dropped = out == 0
+    torch.testing.assert_close(out[~dropped], torch.full_like(out[~dropped], 1 / (1 - p)))
+    se = (p * (1 - p) / units) ** 0.5
+    for row in dropped.double().mean(1).tolist():
+        assert abs(row - p) < 5 * se, row
+    both = (dropped[0] & dropped[1]).double().mean().item()
+    assert abs(both - p * p) < 5 * (p * p * (1 - p * p) / units) ** 0.5, both  # independent, not shared
+    unfused = (Masked(p).train()(torch.ones(1, units)) == 0).double().mean().item()
+    assert abs(unfused - p) < 5 * se
+
+
+class Masked(nn.Module):
+    """``x`` times a unit weight, then dropout: its output shows the mask."""
+
+    def __init__(self, p: float) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(1))
+        self.drop = nn.Dropout(p)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.drop(x * self.scale)
 
 
 def test_fused_gradients_equal_each_models_own_gradient() -> None:

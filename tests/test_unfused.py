@@ -85,6 +85,15 @@ class Declines(KeyOnly, BatchedOnly):
         return None
 
 
+class GaussianDropout(nn.Module):
+    """A user's own noise layer: fused training cannot know that vmap batches its draws."""
+
+    p = 0.5
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * (1 + torch.randn_like(x)) if self.training else x
+
+
 def test_every_missing_part_of_the_contract_is_named() -> None:
     linear = nn.Linear(2, 2)
     assert why_unfused(NoContract(linear)) == ("it defines neither fusion_key() nor the classmethod "
@@ -93,8 +102,10 @@ def test_every_missing_part_of_the_contract_is_named() -> None:
     assert why_unfused(BatchedOnly(linear)) == ("it defines the classmethod batched(steps, num_batches) but no "
                                                 "fusion_key()")
     assert why_unfused(Declines(linear)) == "its fusion_key() returned None"
-    assert why_unfused(Declines(nn.Sequential(linear, nn.Dropout(0.5)))) == (
-        "its fusion_key() returned None (its model draws random numbers in training: dropout or drop-path)")
+    assert why_unfused(Declines(nn.Sequential(linear, GaussianDropout()))) == (
+        "its fusion_key() returned None (its model has a random layer whose draws fused training cannot make per "
+        "model)")
+    assert why_unfused(LocalTraining(nn.Sequential(linear, nn.Dropout(0.5)), torch.ones(2))) is None  # fuses
     proportions = torch.ones(2)
     assert why_unfused(LocalTraining(linear, proportions)) is None
     assert why_unfused(LocalTraining(nn.Sequential(linear, nn.BatchNorm1d(2)), proportions)) == (

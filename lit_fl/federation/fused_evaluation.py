@@ -49,21 +49,6 @@ def row_counts(row: np.ndarray, test: bool, sets: Sequence[Tensor]) -> list[int]
     return ([int(row[0])] if test else []) + split_counts(row[int(test) :], [len(i) for i in sets])
 
 
-def fused_counts(
-    models: Sequence[nn.Module],
-    test: tuple[Tensor, Tensor] | None,
-    val_indices: Sequence[Sequence[Tensor]],
-    train: tuple[Tensor, Tensor],
-    batch_size: int,
-    autocast: Callable[[], AbstractContextManager],
-    sequence: bool = False,
-) -> list[list[int]]:
-    """Per model: its correct count on ``test`` (when given), then on each of its validation index sets
-    (:func:`fused_correct`, read in one transfer)."""
-    host = fused_correct(models, test, val_indices, train, batch_size, autocast, sequence).cpu().numpy()
-    return [row_counts(host[g], test is not None, sets) for g, sets in enumerate(val_indices)]
-
-
 def split_counts(correct: np.ndarray, sizes: Sequence[int]) -> list[int]:
     """The number of True in each consecutive run of ``sizes`` entries of ``correct`` (padding after is ignored)."""
     bounds = np.cumsum([0, *sizes])

@@ -15,8 +15,11 @@ and copied back into each client's modules when the phase ends (:meth:`FusedMode
 
 Fusion is exact math, not bit-identical arithmetic: a grouped convolution sums in another order than G separate
 ones, so fused and unfused phases agree within float32 rounding (tests: 1e-5 relative after 3 steps). Models that
-draw random numbers in training (dropout, drop-path with p > 0) are never fused: their masks would come from
-another stream than unfused training draws them from.
+draw random numbers in training (dropout, drop-path) fuse too: ``vmap(..., randomness="different")`` draws each
+model's masks on its own, from the same distribution as unfused training (independent Bernoulli masks per model, a
+statistical test checks it), but not the same numbers, so a fused phase of such models equals an unfused one in
+distribution, not value by value. A random layer of another kind (a user's own noise module, whose draws ``vmap``
+may not batch) keeps its model unfused (:func:`fusible`).
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ from torch import Tensor, nn
 
 #: modules whose training forward draws random numbers when their probability is > 0
 _RANDOM_ATTRIBUTES = ("p", "drop_prob")
+#: random layers whose draws ``vmap(randomness="different")`` batches, one mask per model: torch's dropouts and
+#: timm's drop-path (``bernoulli_`` on a fresh tensor)
+_BATCHED_RANDOM = ("Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "FeatureAlphaDropout", "DropPath")
 
 
 @contextmanager
@@ -49,10 +55,12 @@ def native_cpu_convolutions(device: torch.device) -> Iterator[None]:
 
 
 def fusible(model: nn.Module) -> bool:
-    """Whether ``model`` computes a deterministic function of its input and weights in training mode."""
+    """Whether ``model`` can train fused: it computes a deterministic function of its input and weights in training
+    mode, or its random layers are ones whose draws fused training makes per model (:data:`_BATCHED_RANDOM`:
+    torch's dropouts, timm's drop-path)."""
     for module in model.modules():
-        name = type(module).__name__.lower()
-        if "dropout" in name or "droppath" in name:
+        name = type(module).__name__
+        if ("dropout" in name.lower() or "droppath" in name.lower()) and name not in _BATCHED_RANDOM:
             if any(float(getattr(module, a, 0.0) or 0.0) > 0.0 for a in _RANDOM_ATTRIBUTES):
                 return False
     return True
@@ -142,7 +150,7 @@ class FusedModels(nn.Module):
 
         params = dict(zip(self.param_names, self.params))
         buffers = dict(zip(self.buffer_names, self._buffers_list()))
-        return vmap(one, in_dims=(0, 0, 0 if per_model else None), randomness="error")(params, buffers, x)
+        return vmap(one, in_dims=(0, 0, 0 if per_model else None), randomness="different")(params, buffers, x)
 
     def apply_in_eval(self, fn: Callable[[nn.Module, Tensor], Tensor], x: Tensor, per_model: bool = False) -> Tensor:
         """``fn(model_g, x)`` of every model with the model in eval mode (BatchNorm on its running statistics,

@@ -49,7 +49,7 @@ def _model_reason(step: nn.Module) -> str:
     if not per_sample(step):
         return " (its model has BatchNorm in training mode, whose batch statistics padding would change)"
     if not fusible(step):
-        return " (its model draws random numbers in training: dropout or drop-path)"
+        return " (its model has a random layer whose draws fused training cannot make per model)"
     return ""
 
 
