@@ -36,7 +36,7 @@ from lit_fl.kernel_count import KernelCounter
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = [
-    "--config", str(ROOT / "experiments/quickstart.yaml"), "--rounds", "1", "--eval_every", "100",
+    "--config", str(ROOT / "experiments/quickstart.yaml"), "--rounds", "1", "--eval_every", "1",
     "--algorithm.init_args.mutual_epochs", "10", "--algorithm.init_args.batch_size", "64",
 ]
 #: dfml_cifar100 as configured, on synthetic data of CIFAR-100's shape and size (no download needed)

@@ -60,7 +60,8 @@ class Experiment:
         faults: simulated sender failures and lost returns.
         seed: seeds partition, initialisation, selection and data order.
         rounds: communication rounds T.
-        eval_every: evaluate every this many rounds (and at the last round).
+        eval_every: evaluate every this many rounds (round eval_every, 2 * eval_every, ...; the last round only when
+            it is one of them: a run pays for the evaluations it asks for).
         checkpoint_every: write checkpoints/last.ckpt every this many rounds (and at the end and on Ctrl-C).
         run_dir: folder that holds run directories.
         name: run directory name (default: <algorithm>-<dataset>-<timestamp>).

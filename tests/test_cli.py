@@ -113,6 +113,22 @@ def test_the_final_line_says_the_reported_accuracy_and_the_traffic_in_significan
     assert sent and summary["comm_mb"] < 1.0 and float(sent.group(1)) == float(f"{summary['comm_mb']:.3g}"), line
 
 
+def test_the_last_round_is_evaluated_only_when_eval_every_asks_for_it(tmp_path: Path) -> None:
+    """Issue 38: the final evaluation follows eval_every like every other round (a run pays only for the
+    evaluations it asks for); the last line says which round its accuracy is from, or that none was evaluated."""
+    config = write_config(tmp_path / "tiny.yaml", tiny_config("DecentralizedFedAvg", rounds=3))
+    runs = tmp_path / "runs"
+    three = run_cli("fit", "--config", config, "--run_dir", runs, "--name", "three", "--eval_every", "2")
+    assert three.rc == 0, three.err
+    assert [row["round"] for row in read_metrics(runs / "three" / "metrics.csv")] == [2]
+    assert "3/3 rounds, reported_acc " in three.out and " at round 2 (best " in three.out, three.out
+    none = run_cli("fit", "--config", config, "--run_dir", runs, "--name", "none", "--eval_every", "5")
+    assert none.rc == 0, none.err
+    assert not (runs / "none" / "metrics.csv").exists()  # no row was written
+    assert "3/3 rounds, not evaluated (no round was a multiple of eval_every)" in none.out, none.out
+    assert json.loads((runs / "none" / "summary.json").read_text())["final"] == {}
+
+
 @pytest.mark.parametrize(("mb", "shown"), [(0.0, "0"), (0.0421, "0.0421"), (0.04216, "0.0422"), (1.5, "1.5"),
                                            (45.678, "45.7"), (1234.6, "1,235"), (0.0000123, "1.23e-05")])
 def test_megabytes_keep_three_significant_digits(mb: float, shown: str) -> None:

@@ -133,13 +133,16 @@ def _number(value: Any) -> float:
 def _print_summary(summary: dict[str, Any]) -> None:
     final = summary.get("final", {})
     best = summary.get("best", {})
-    acc = _number(final.get("reported_acc"))
     reports = summary.get("reports", "global_acc")
+    if final:
+        last = "" if final.get("round") == summary["rounds_completed"] else f" at round {final.get('round')}"
+        accuracy = (f"reported_acc {_number(final.get('reported_acc')):.4f}{last} (best "
+                    f"{_number(best.get('reported_acc')):.4f} at round {best.get('round', '-')}; {reports})")
+    else:  # eval_every above the rounds run: no round was evaluated
+        accuracy = "not evaluated (no round was a multiple of eval_every)"
     print(
-        f"{summary['status']}: {summary['rounds_completed']}/{summary['rounds']} rounds, "
-        f"reported_acc {acc:.4f} (best {_number(best.get('reported_acc')):.4f} at round {best.get('round', '-')}; "
-        f"{reports}), {megabytes(summary['comm_mb'])} MB sent, {summary['wall_s']:.1f}s -> "
-        f"{summary['run_dir']}"
+        f"{summary['status']}: {summary['rounds_completed']}/{summary['rounds']} rounds, {accuracy}, "
+        f"{megabytes(summary['comm_mb'])} MB sent, {summary['wall_s']:.1f}s -> {summary['run_dir']}"
     )
     if summary["status"] == "interrupted":
         stop = summary.get("stop_signal", "a stop request")

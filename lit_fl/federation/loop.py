@@ -34,7 +34,7 @@ class LoopOutcome:
 class RoundLoop:
     """Runs rounds ``federation.round + 1 .. rounds``.
 
-    After each round: evaluate (every ``eval_every`` rounds and at the last), hand the metric row to every
+    After each round: evaluate (every ``eval_every`` rounds, the last one too only when it is one of them), hand the metric row to every
     callback (:mod:`lit_fl.federation.callbacks`: metrics.csv, W&B, progress) and keep it in :attr:`history`;
     ask the callbacks for a checkpoint every ``checkpoint_every`` rounds. The first Ctrl-C (or SIGTERM,
     SIGUSR1) lets the running round finish, checkpoints it and stops; a second one aborts at once (the last
@@ -87,7 +87,7 @@ class RoundLoop:
         round_s = time.perf_counter() - start
         fault_point(f"round:{round_}")
         self.federation.round = round_
-        if round_ % self.eval_every != 0 and round_ != self.rounds:
+        if round_ % self.eval_every != 0:  # the last round too: a run pays for the evaluations it asks for
             for callback in self.callbacks:
                 callback.on_round(round_, None)
             return None
