@@ -35,8 +35,8 @@ class RoundLoop:
     """Runs rounds ``federation.round + 1 .. rounds``.
 
     After each round: evaluate (every ``eval_every`` rounds, the last one only when it is one of them), hand the
-    metric row to every callback (:mod:`lit_fl.federation.callbacks`: metrics.csv, W&B, progress) and keep it in :attr:`history`;
-    ask the callbacks for a checkpoint every ``checkpoint_every`` rounds. The first Ctrl-C (or SIGTERM,
+    metric row to every callback (:mod:`lit_fl.federation.callbacks`: metrics.csv, W&B, progress) and keep it in
+    :attr:`history`; ask the callbacks for a checkpoint every ``checkpoint_every`` rounds. The first Ctrl-C (or SIGTERM,
     SIGUSR1) lets the running round finish, checkpoints it and stops; a second one aborts at once (the last
     checkpoint on disk stays intact because checkpoints are written atomically).
     """
