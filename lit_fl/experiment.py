@@ -130,6 +130,8 @@ class Experiment:
             self.trainer.precision,
             num_nodes=self.trainer.num_nodes,
             fuse=self.trainer.fuse,
+            tf32=self.trainer.tf32,
+            cudnn_benchmark=self.trainer.cudnn_benchmark,
         )
         federation = build_federation(
             dataset.to(runner.device),

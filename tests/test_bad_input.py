@@ -52,6 +52,8 @@ CASES = [
     ("num_nodes", "DFML", ["--trainer.num_nodes", "0"], ["trainer.num_nodes"]),
     ("strategy", "DFML", ["--trainer.strategy", "fsdp"], ["trainer.strategy", "ddp"]),
     ("fuse", "DFML", ["--trainer.fuse", "maybe"], ["trainer.fuse", "auto, on, off"]),
+    ("tf32", "DFML", ["--trainer.tf32", "maybe"], ["trainer.tf32"]),
+    ("cudnn-benchmark", "DFML", ["--trainer.cudnn_benchmark", "2"], ["trainer.cudnn_benchmark"]),
     ("name-parent", "DFML", ["--name", "../escape"], ["name", "path separators"]),
     ("name-slash", "DFML", ["--name", "a/b"], ["name"]),
     ("run-dir-is-a-file", "DFML", ["--run_dir", "{tmp}/a-file"], ["run_dir", "not a folder"]),

@@ -104,3 +104,21 @@ def test_a_method_runs_models_through_a_phase_or_a_server_step_only() -> None:
     gradients), a server's step through ``run_server_step``; the rest places clients and reads the setup."""
     public = {name for name in vars(StepRunner) if not name.startswith("_")}
     assert public == {"run_phase", "run_server_step", "place", "device", "is_global_zero", "any", "autocast"}
+
+
+@pytest.mark.parametrize(("tf32", "autotune"), [(True, True), (False, False), (None, False)])
+def test_the_cuda_backend_switches_follow_the_trainer_keys(tf32: bool | None, autotune: bool) -> None:
+    """``trainer.tf32`` sets both TF32 switches (matrix products and cuDNN convolutions), unset leaves PyTorch's;
+    ``trainer.cudnn_benchmark`` sets cuDNN's autotuner. The flags are process-wide: restored after the test."""
+    from lit_fl.steps.trainer_config import apply_cuda_backends
+
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark)
+    try:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = False, True  # PyTorch's defaults
+        apply_cuda_backends(tf32, autotune)
+        expected = (False, True) if tf32 is None else (tf32, tf32)
+        assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == expected
+        assert torch.backends.cudnn.benchmark is autotune
+    finally:
+        (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+         torch.backends.cudnn.benchmark) = saved

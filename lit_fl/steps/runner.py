@@ -49,8 +49,10 @@ class StepRunner:
         precision: Precision = "32-true",
         num_nodes: int = 1,
         fuse: str = "off",
+        tf32: bool | None = None,
+        cudnn_benchmark: bool = False,
     ) -> None:
-        from lit_fl.steps.trainer_config import TrainerConfig
+        from lit_fl.steps.trainer_config import TrainerConfig, apply_cuda_backends
 
         TrainerConfig(accelerator, devices, num_nodes, precision=precision, fuse=fuse)  # the keys' rules, written once
         from lightning.fabric import Fabric  # imported when a run starts: the command line stays fast
@@ -67,6 +69,8 @@ class StepRunner:
             self.fabric.launch()  # spawns the other local processes, or joins torchrun's / SLURM's group
             _register_leave()
         self.precision = precision
+        if self.device.type == "cuda":
+            apply_cuda_backends(tf32, cudnn_benchmark)
         #: whether steps that can fuse same-architecture models do (``trainer.fuse``; auto = on a GPU)
         self.fuse = fuse == "on" or (fuse == "auto" and self.device.type == "cuda")
         self.placement = Placement((), self.fabric.global_rank, self.fabric.world_size)

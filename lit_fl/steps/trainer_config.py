@@ -29,6 +29,12 @@ class TrainerConfig:
             ``on``, ``off``, or ``auto`` = on where it is faster, on a GPU (a round of small models is bound by
             kernel launches there), off on a CPU. Same math within float32 rounding; with several processes each
             fuses the work it owns.
+        tf32: on a CUDA GPU under 32-true, whether matrix products and convolutions may use TF32 tensor cores
+            (10-bit mantissa products, float32 sums): true both, false neither (true float32), unset PyTorch's
+            defaults (convolutions TF32, matrix products float32). Ignored elsewhere.
+        cudnn_benchmark: on a CUDA GPU, let cuDNN time its convolution algorithms on the first batch of each shape
+            and keep the fastest (``torch.backends.cudnn.benchmark``); the choice may differ between runs, so a
+            resumed run may differ from an uninterrupted one in the last bits. Ignored elsewhere.
     """
 
     accelerator: Literal["auto", "cpu", "gpu", "cuda", "mps", "tpu"] = "auto"
@@ -37,6 +43,8 @@ class TrainerConfig:
     strategy: Literal["auto", "ddp"] = "auto"
     precision: Literal["32-true", "bf16-mixed", "16-mixed"] = "32-true"
     fuse: Literal["auto", "on", "off"] = "auto"
+    tf32: bool | None = None
+    cudnn_benchmark: bool = False
 
     def __post_init__(self) -> None:
         check_fields(self, "trainer.")
@@ -67,3 +75,14 @@ def gpu_selected(accelerator: str) -> bool:
     import torch
 
     return torch.cuda.is_available()
+
+
+def apply_cuda_backends(tf32: bool | None, cudnn_benchmark: bool) -> None:
+    """Set PyTorch's CUDA backend switches of ``trainer.tf32`` and ``trainer.cudnn_benchmark`` (process-wide; they
+    act on CUDA kernels only)."""
+    import torch
+
+    if tf32 is not None:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cudnn.benchmark = cudnn_benchmark
