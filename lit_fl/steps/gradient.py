@@ -46,7 +46,7 @@ class GradientWork:
 
     @classmethod
     def compute(cls, runner: StepRunner, works: Sequence[GradientWork], fused: bool) -> list[tuple[Tensor, ...]]:
-        if not fused:
+        if not fused or len(works) == 1:  # one model: stacking it would only add kernels
             return [work.gradient_alone(runner) for work in works]
         return gradients_fused(runner, works)
 

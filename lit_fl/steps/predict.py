@@ -79,7 +79,7 @@ class PredictWork:
 
     @classmethod
     def compute(cls, runner: StepRunner, works: Sequence[PredictWork], fused: bool) -> list[Value]:  # type: ignore[override]
-        if not fused:
+        if not fused or len(works) == 1:  # one model: stacking it would only add kernels
             return [work.predict_alone(runner) for work in works]
         return predict_fused(runner, works)
 
