@@ -204,6 +204,26 @@ def test_6_a_signal_at_any_moment_before_the_first_round_exits_75_with_one_line(
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads handlers from /proc")
+def test_a_signal_ends_compare_over_thousands_of_runs_at_once(tmp_path: Path) -> None:
+    """Issue 37 case 8: compare over 5,000 run folders ran on past SIGTERM; it has nothing to save, so it ends at
+    once with one line and 143 (its outputs are written atomically, none half-written)."""
+    runs = tmp_path / "runs"
+    for i in range(3000):
+        run = runs / f"run{i:04d}"
+        run.mkdir(parents=True)
+        (run / "config.yaml").write_text(f"seed: {i % 3}\nalgorithm:\n  class_path: lit_fl.algorithms.DFML\n")
+        (run / "metrics.csv").write_text("round,reported_acc,global_acc,comm_mb\n1,0.5,0.5,1.0\n2,0.6,0.6,2.0\n")
+        (run / "summary.json").write_text('{"status": "completed"}')
+    process = _popen("compare", runs, "--out", tmp_path / "out", "--metric", "global_acc")
+    _signal_when(process, signal.SIGTERM, lambda: _catches(process.pid, signal.SIGTERM))
+    started = time.monotonic()
+    rc, err = process.wait(timeout=120), process.stderr.read()
+    assert time.monotonic() - started < 5, err
+    assert rc == 143 and _error_lines(err) == ["lit-fl: stopped (SIGTERM)"], (rc, err)
+    assert not (tmp_path / "out" / "dashboard.html").exists()
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads handlers from /proc")
 def test_6_a_signal_while_the_config_is_read_ends_fit_at_once(tmp_path: Path) -> None:
     """Issue 37: fit recorded a stop for its first safe point from its first instruction, so a config that took
     long to read (an alias bomb, a slow user module) ran on past SIGTERM. The run's safe points start with the run."""
