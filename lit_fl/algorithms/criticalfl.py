@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from lit_fl import steps
 from lit_fl.algorithms.neighbours import NeighbourAlgorithm, data_sizes, draw_neighbours
+from lit_fl.algorithms.norms import l2_norms
 from lit_fl.algorithms.peer import snapshot_states
 from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.algorithms.requirements import ONE_ARCHITECTURE
@@ -120,8 +121,9 @@ class CriticalFL(NeighbourAlgorithm):
         before = snapshot_states(federation)
         losses = super().client_phase(plan, federation, runner)
         trained = plan.state["trained"] = snapshot_states(federation)  # z_j: before any averaging
-        plan.state["norms"] = [update_norm(before[c.id], trained[c.id], [k for k, _ in c.model.named_parameters()])
-                               for c in federation.clients]
+        plan.state["norms"] = update_norms([before[c.id] for c in federation.clients],
+                                           [trained[c.id] for c in federation.clients],
+                                           [[k for k, _ in c.model.named_parameters()] for c in federation.clients])
         plan.state.update(used=list(self.peer_counts), critical=0, n_max=self.max_peers(federation.num_clients))
         return losses
 
@@ -152,12 +154,13 @@ class CriticalFL(NeighbourAlgorithm):
         self.fgn_history = [[float(v) for v in h] for h in state["fgn_history"]]
 
 
-def update_norm(before: State, after: State, keys: Sequence[str]) -> float:
-    """``||after - before||_2`` over the entries ``keys`` (the trainable parameters), in float64."""
+def update_norms(befores: Sequence[State], afters: Sequence[State], keys: Sequence[Sequence[str]]) -> list[float]:
+    """``||after - before||_2`` of every client over its entries ``keys`` (the trainable parameters), in float64,
+    read from the device once for all clients (:func:`~lit_fl.algorithms.norms.l2_norms`)."""
     import torch
 
-    total = sum(float(((after[k].to(torch.float64) - before[k].to(torch.float64)) ** 2).sum()) for k in keys)
-    return math.sqrt(total)
+    return l2_norms([[after[k].to(torch.float64) - before[k].to(torch.float64) for k in names]
+                     for before, after, names in zip(befores, afters, keys)])
 
 
 def federated_gradient_norm(norms: Sequence[float]) -> float:

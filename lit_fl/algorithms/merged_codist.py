@@ -3,12 +3,12 @@ the method's overview: :mod:`lit_fl.algorithms.codistillation`)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from lit_fl.algorithms.codist_pools import POOLS
 from lit_fl.algorithms.codistillation import Codistillation
+from lit_fl.algorithms.norms import l2_norms
 from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.constraints import UnitInterval
 
@@ -71,11 +71,11 @@ def merge_updates(g: Mapping[str, Tensor], delta: Mapping[str, Tensor], alpha: f
     (``g`` itself for ``alpha = 1``; ``delta`` contributes nothing when its norm is 0)."""
     if alpha == 1.0:
         return dict(g)
-    g_norm, d_norm = global_norm(g), global_norm(delta)
+    g_norm, d_norm = l2_norms([g.values(), delta.values()])
     scale = g_norm / d_norm if d_norm > 0 else 0.0
     return {name: alpha * g[name] + ((1.0 - alpha) * scale) * delta[name] for name in g}
 
 
 def global_norm(tensors: Mapping[str, Tensor]) -> float:
     """L2 norm of all entries together, accumulated in float64."""
-    return math.sqrt(sum(float(t.detach().double().pow(2).sum()) for t in tensors.values()))
+    return l2_norms([tensors.values()])[0]

@@ -39,11 +39,11 @@ baseline): SGD momentum 0.9, no weight decay, client lr 0.01, batch 32, 10 local
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from lit_fl import steps
+from lit_fl.algorithms.norms import l2_norms
 from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.algorithms.requirements import ONE_ARCHITECTURE
 from lit_fl.algorithms.server import GLOBAL, ServerAlgorithm, check_checkpoint, model_state
@@ -229,4 +229,4 @@ class SCAFFOLD(ServerAlgorithm):
 
 def control_norm(control: Sequence[Tensor]) -> float:
     """``||c||_2`` over every parameter (a metric: it grows from 0 as the clients' drifts are learned)."""
-    return math.sqrt(sum(float(t.double().pow(2).sum()) for t in control))
+    return l2_norms([control])[0]
