@@ -238,8 +238,9 @@ def slice_plan(
                 indices.append(None)
                 continue
             idx = torch.as_tensor(rule(big, n), dtype=torch.long)
-            if idx.shape != (n,) or (n and (int(idx.min()) < 0 or int(idx.max()) >= big)):
-                raise ValueError(f"index rule gave {idx.tolist()} for a dim of {n} out of {big}")
+            listed = idx.tolist()  # the rules draw on the host: checked there, no value read from a device
+            if idx.shape != (n,) or (n and (min(listed) < 0 or max(listed) >= big)):
+                raise ValueError(f"index rule gave {listed} for a dim of {n} out of {big}")
             indices.append(idx)
         plan[key] = TensorSlice(glob, tuple(indices))
     return plan
