@@ -58,7 +58,8 @@ class ClippedCosineAdam(torch.optim.Adam):
     def __init__(self, groups: list[dict], clip_norm: float | None, total_steps: int | None) -> None:
         for group in groups:
             group["initial_lr"] = group["lr"]
-        super().__init__(groups)
+        super().__init__(groups, fused=True)  # fused: no value read back per parameter and step (foreach's Adam reads
+        # its step counter once per parameter: 6,000 host waits a FedDF round)
         self.clip_norm, self.total_steps, self.num_steps = clip_norm, total_steps, 0
 
     @torch.no_grad()
