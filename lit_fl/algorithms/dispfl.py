@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from lit_fl.algorithms.dispfl_masks import (
     aggregate,
     erk_densities,
+    kept_positions,
     masked_average,
     parameter_shapes,
     prune_and_regrow,
@@ -37,7 +38,7 @@ from lit_fl.algorithms.dispfl_masks import (
     random_masks,
     screen_gradients,
     sparse_payload,
-    updated_mask,
+    updated_masks,
 )
 from lit_fl.algorithms.neighbours import NeighbourAlgorithm, draw_neighbours
 from lit_fl.algorithms.peer import PeerRound, snapshot_states
@@ -137,7 +138,7 @@ class DisPFL(NeighbourAlgorithm):
         snapshot = snapshot_states(federation)
         support = {i: dict(s) for i, s in self.support.items()}
         plan = super().plan(round_, federation, runner, ledger)
-        plan.state.update(snapshot=snapshot, support=support, received=0)
+        plan.state.update(snapshot=snapshot, support=support, received=0, kept={})
         return plan
 
     def peers(self, round_: int, federation: Federation, ledger: CommunicationLedger) -> dict[int, list[int]]:
@@ -145,7 +146,11 @@ class DisPFL(NeighbourAlgorithm):
 
     def outgoing(self, source: Client, receiver: Client, plan: PeerRound) -> nn.Module:
         """The kept values of the source's round-start sparse model (:func:`sparse_payload`)."""
-        return sparse_payload(plan.state["snapshot"][source.id], plan.state["support"][source.id])
+        kept = plan.state["kept"]
+        if source.id not in kept:  # once per source and round, whatever the number of receivers
+            state = plan.state["snapshot"][source.id]
+            kept[source.id] = kept_positions(plan.state["support"][source.id], next(iter(state.values())).device)
+        return sparse_payload(plan.state["snapshot"][source.id], plan.state["support"][source.id], kept[source.id])
 
     def combine(self, receiver: Client, arrived: list[Client], plan: PeerRound, federation: Federation,
                 runner: StepRunner, ledger: CommunicationLedger) -> None:
@@ -164,11 +169,15 @@ class DisPFL(NeighbourAlgorithm):
         rate = prune_rate(plan.round, self.anneal_factor, self.anneal_rounds)
         screened = self.screen_gradients(federation, runner) if rate > 0 else {}
         changed = 0
+        moving = [client for client in federation.clients if client.id in screened]
+        new_masks = updated_masks([self.masks[c.id] for c in moving], [c.model for c in moving],
+                                  [screened[c.id] for c in moving], rate)
+        moved = {c.id: new for c, new in zip(moving, new_masks)}
         for client in federation.clients:  # s_i = m_i (what was trained), then m_i moves
             i = client.id
             self.support[i] = {k: m.clone() for k, m in self.masks[i].items()}
-            if i in screened:
-                new = updated_mask(self.masks[i], client.model, screened[i], rate)
+            if i in moved:
+                new = moved[i]
                 changed += sum(int((new[k] != self.masks[i][k]).sum()) for k in new)
                 self.masks[i] = new
         total = sum(m.numel() for mask in self.masks.values() for m in mask.values())

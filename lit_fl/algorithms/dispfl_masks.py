@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import numpy as np
+    import torch
     from torch import Tensor, nn
 
     from lit_fl.federation.state import Client
@@ -120,13 +121,24 @@ def prune_and_regrow(mask: Tensor, weight: Tensor, grad: Tensor, rate: float) ->
     return new.reshape(mask.shape).to(mask.dtype)
 
 
-def sparse_payload(state: State, support: Mapping[str, Tensor]) -> nn.Module:
-    """What a client sends: the values its support keeps (each masked entry as a 1-D tensor of its kept values) and
-    its dense buffers; the ledger counts their bytes (the positions, a bitmap, are not counted: the reference
-    counts only the non-zero parameters)."""
+def sparse_payload(state: State, support: Mapping[str, Tensor], kept: Mapping[str, Tensor] | None = None) -> nn.Module:
+    """What a client sends: the values its support keeps (each masked entry as a 1-D tensor of its kept values, in
+    row-major order) and its dense buffers; the ledger counts their bytes (the positions, a bitmap, are not counted:
+    the reference counts only the non-zero parameters). ``kept``: :func:`kept_positions` of ``support`` on the
+    values' device, when the caller has them (a gather at known positions reads nothing back from the device; a
+    boolean mask's output length is on the device)."""
     from lit_fl.federation.ledger import Payload
 
-    return Payload([value[support[key].to(value.device)] if key in support else value for key, value in state.items()])
+    kept = kept if kept is not None else kept_positions(support, next(iter(state.values())).device)
+    return Payload([value.reshape(-1).index_select(0, kept[key]) if key in kept else value
+                    for key, value in state.items()])
+
+
+def kept_positions(support: Mapping[str, Tensor], device: torch.device) -> dict[str, Tensor]:
+    """The flat positions of every support's ones (computed where the support lives: the host), on ``device``."""
+    import torch
+
+    return {key: torch.nonzero(m.reshape(-1)).squeeze(1).to(device) for key, m in support.items()}
 
 
 # -- the mask update of a round, over the clients ---------------------------------------------------------------
@@ -154,5 +166,38 @@ def screen_gradients(
 
 def updated_mask(mask: Mapping[str, Tensor], model: nn.Module, grads: Mapping[str, Tensor], rate: float) -> Mask:
     """A client's next mask: :func:`prune_and_regrow` of every layer at the model's trained weights."""
-    weights = {k: p.detach().cpu() for k, p in model.named_parameters()}
-    return {k: prune_and_regrow(m, weights[k], grads[k].cpu(), rate) for k, m in mask.items()}
+    return updated_masks([mask], [model], [grads], rate)[0]
+
+
+def updated_masks(masks: Sequence[Mapping[str, Tensor]], models: Sequence[nn.Module],
+                  grads: Sequence[Mapping[str, Tensor]], rate: float) -> list[Mask]:
+    """:func:`updated_mask` of every client: the masks live on the host, so the clients' trained weights and
+    screened gradients come to it in one transfer (not one per tensor: a wait for the device each)."""
+
+    tensors = [t.detach() for model, grad, mask in zip(models, grads, masks)
+               for t in (*(dict(model.named_parameters())[k] for k in mask), *(grad[k] for k in mask))]
+    host = _to_host(tensors)
+    out, i = [], 0
+    for mask in masks:
+        n = len(mask)
+        weights, screened = host[i : i + n], host[i + n : i + 2 * n]
+        out.append({k: prune_and_regrow(m, w, g, rate) for k, m, w, g in zip(mask, mask.values(), weights, screened)})
+        i += 2 * n
+    return out
+
+
+def _to_host(tensors: Sequence[Tensor]) -> list[Tensor]:
+    """``tensors`` on the host, in one copy per dtype and device (each back in its own shape)."""
+    import torch
+
+    if not tensors or all(t.device.type == "cpu" for t in tensors):
+        return [t.cpu() for t in tensors]
+    groups: dict[tuple, list[int]] = {}
+    for i, t in enumerate(tensors):
+        groups.setdefault((t.device, t.dtype), []).append(i)
+    out: list[Tensor | None] = [None] * len(tensors)
+    for members in groups.values():
+        flat = torch.cat([tensors[i].reshape(-1) for i in members]).cpu()
+        for i, part in zip(members, flat.split([tensors[i].numel() for i in members])):
+            out[i] = part.view(tensors[i].shape)
+    return out  # type: ignore[return-value]
