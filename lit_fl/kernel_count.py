@@ -30,7 +30,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 #: aten operators that wait for the device: a value read back, or an output whose shape depends on the data
-HOST_READS = frozenset({"_local_scalar_dense", "nonzero", "nonzero_static", "masked_select", "_unique", "_unique2",
+HOST_READS = frozenset({"_local_scalar_dense", "nonzero", "masked_select", "_unique", "_unique2",
                         "unique_dim", "unique_consecutive", "unique_dim_consecutive", "repeat_interleave",
                         "bincount", "histc", "_assert_async"})
 #: tensor methods that copy to the host without dispatching on a CPU
