@@ -127,18 +127,21 @@ def sparse_payload(state: State, support: Mapping[str, Tensor], kept: Mapping[st
     the reference counts only the non-zero parameters). ``kept``: :func:`kept_positions` of ``support`` on the
     values' device, when the caller has them (a gather at known positions reads nothing back from the device; a
     boolean mask's output length is on the device)."""
+    import torch
+
     from lit_fl.federation.ledger import Payload
 
     kept = kept if kept is not None else kept_positions(support, next(iter(state.values())).device)
-    return Payload([value.reshape(-1).index_select(0, kept[key]) if key in kept else value
-                    for key, value in state.items()])
+    return Payload([torch.take(value, kept[key]) if key in kept else value for key, value in state.items()])
 
 
 def kept_positions(support: Mapping[str, Tensor], device: torch.device) -> dict[str, Tensor]:
-    """The flat positions of every support's ones (computed where the support lives: the host), on ``device``."""
+    """The flat positions of every support's ones, found where the supports live (the host, with NumPy: host
+    bookkeeping, no kernel), then moved to ``device``."""
+    import numpy as np
     import torch
 
-    return {key: torch.nonzero(m.reshape(-1)).squeeze(1).to(device) for key, m in support.items()}
+    return {key: torch.from_numpy(np.flatnonzero(m.cpu().numpy())).to(device) for key, m in support.items()}
 
 
 # -- the mask update of a round, over the clients ---------------------------------------------------------------
