@@ -32,6 +32,7 @@ from lit_fl.algorithms.dispfl_masks import (
     erk_densities,
     kept_positions,
     masked_average,
+    ones,
     parameter_shapes,
     prune_and_regrow,
     prune_rate,
@@ -178,10 +179,10 @@ class DisPFL(NeighbourAlgorithm):
             self.support[i] = {k: m.clone() for k, m in self.masks[i].items()}
             if i in moved:
                 new = moved[i]
-                changed += sum(int((new[k] != self.masks[i][k]).sum()) for k in new)
+                changed += sum(ones(new[k] != self.masks[i][k]) for k in new)
                 self.masks[i] = new
         total = sum(m.numel() for mask in self.masks.values() for m in mask.values())
-        kept = sum(int(m.sum()) for mask in self.masks.values() for m in mask.values())
+        kept = sum(ones(m) for mask in self.masks.values() for m in mask.values())
         plan.extra.update(prune_rate=rate, density=kept / total, mask_swaps=changed / (2 * len(self.masks)),
                           mean_peers=plan.state["received"] / federation.num_clients)
         return losses

@@ -108,7 +108,7 @@ def prune_and_regrow(mask: Tensor, weight: Tensor, grad: Tensor, rate: float) ->
     import torch
 
     flat = mask.reshape(-1).to(torch.bool)
-    r = math.ceil(rate * int(flat.sum()))
+    r = math.ceil(rate * ones(flat))
     if r == 0:
         return mask.clone()
     new = flat.clone()
@@ -119,6 +119,14 @@ def prune_and_regrow(mask: Tensor, weight: Tensor, grad: Tensor, rate: float) ->
                         grad.reshape(-1).abs().to(torch.float64))
     new[torch.sort(score, descending=True, stable=True).indices[:r]] = True
     return new.reshape(mask.shape).to(mask.dtype)
+
+
+def ones(mask: Tensor) -> int:
+    """The number of nonzero entries of a mask, counted where masks live: on the host, with NumPy (host
+    bookkeeping, no kernel and no wait for a device)."""
+    import numpy as np
+
+    return int(np.count_nonzero(mask.cpu().numpy()))
 
 
 def sparse_payload(state: State, support: Mapping[str, Tensor], kept: Mapping[str, Tensor] | None = None) -> nn.Module:
