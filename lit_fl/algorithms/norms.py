@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
-import torch
-from torch import Tensor
+if TYPE_CHECKING:  # torch is imported when a norm is taken: the command line stays fast
+    from torch import Tensor
 
 
 def squared_norm(tensors: Iterable[Tensor]) -> Tensor:
     """``sum ||t||^2`` over ``tensors`` in float64, on their device (added in order; 0 for none)."""
+    import torch
+
     total: Tensor | None = None
     for t in tensors:
         squared = t.detach().to(torch.float64).pow(2).sum()
@@ -26,6 +29,8 @@ def squared_norm(tensors: Iterable[Tensor]) -> Tensor:
 
 def l2_norms(groups: Sequence[Iterable[Tensor]]) -> list[float]:
     """The L2 norm of every group of tensors (all entries of a group together), one read from the device."""
+    import torch
+
     totals = [squared_norm(group) for group in groups]
     if not totals:
         return []
