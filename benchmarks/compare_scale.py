@@ -45,8 +45,8 @@ def write_runs(root: Path, runs: int, configurations: int, rounds: int) -> None:
 def compare_once(root: Path) -> tuple[float, float]:
     """Wall seconds and peak RSS (MiB) of one ``lit-fl compare`` of ``root`` in a fresh process."""
     started = time.perf_counter()
-    result = subprocess.run([sys.executable, "-m", "lit_fl.cli", "compare", str(root)], capture_output=True, text=True,
-                            env={**os.environ, "WANDB_MODE": "offline"})
+    argv = [sys.executable, "-m", "lit_fl.cli", "compare", str(root), "--out", str(root.parent / "compare")]
+    result = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "WANDB_MODE": "offline"})
     seconds = time.perf_counter() - started
     if result.returncode != 0:
         raise SystemExit(f"compare failed ({result.returncode}): {result.stderr.strip()[-500:]}")
