@@ -78,7 +78,8 @@ def fit_two_processes(runs: list[list[str]], timeout: float) -> None:
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
                "--master-port", str(free_port()), str(TESTS_DIR / "distributed_fit.py"), json.dumps(runs)]
     returncode, stderr = run_bounded(command, env, timeout=timeout)
-    assert returncode == 0, stderr[-4000:]
+    said = "\n".join(line for line in stderr.splitlines() if line.startswith("lit-fl"))  # every rank's own lines
+    assert returncode == 0, f"{said}\n...\n{stderr[-4000:]}"
 
 
 def run_bounded(command: list[str], env: dict[str, str], timeout: float) -> tuple[int, str]:
