@@ -155,7 +155,8 @@ def test_stackoverflow_table2_configs_run_a_round_on_the_fixture(tmp_path: Path,
     8 words, the paper's LSTMs (App. E widths); both server models evaluated on the mixed test set and on each type."""
     stackoverflow_files(tmp_path, POSTS, TEST_POSTS)
     path = Path(__file__).resolve().parents[1] / "experiments" / "codistillation" / f"{config}.yaml"
-    result = run_cli("fit", "--config", path, "--rounds", "1", "--eval_every", "1", "--data.num_clients", "4", "--data.root", tmp_path,
+    result = run_cli("fit", "--config", path, "--rounds", "1", "--eval_every", "1",
+                     "--data.num_clients", "4", "--data.root", tmp_path,
                      "--data.server_fraction", "0.25", "--data.options", '{"vocab_size": 8, "max_length": 5, '
                      '"domains": "type", "test_size": 2}', "--algorithm.init_args.clients_per_round", "2",
                      "--algorithm.init_args.distill_steps", "2", "--logger.wandb", "false", "--logger.progress",

@@ -204,7 +204,8 @@ def test_stackoverflow_table1_configs_run_a_round_on_the_fixture(tmp_path: Path,
     8 words, client 0 as the high-capacity pool; the paper's LSTMs (App. E widths) at the fixture's 12 tokens."""
     stackoverflow_files(tmp_path)
     path = Path(__file__).resolve().parents[1] / "experiments" / "codistillation" / f"{config}.yaml"
-    result = run_cli("fit", "--config", path, "--rounds", "1", "--eval_every", "1", "--data.num_clients", "3", "--data.root", tmp_path,
+    result = run_cli("fit", "--config", path, "--rounds", "1", "--eval_every", "1",
+                     "--data.num_clients", "3", "--data.root", tmp_path,
                      "--data.server_fraction", "0.3", "--data.options", '{"vocab_size": 8, "max_length": 5}',
                      "--algorithm.init_args.large_clients", "[0]", "--algorithm.init_args.clients_per_round", "1",
                      "--algorithm.init_args.distill_steps", "2", "--logger.wandb", "false", "--logger.progress",
