@@ -164,7 +164,7 @@ class DisPFL(NeighbourAlgorithm):
                                            self.masks[i]))
 
     def client_phase(self, plan: PeerRound, federation: Federation, runner: StepRunner) -> list[float]:
-        """Masked local training, then ``s_i = m_i`` and the mask update (:func:`updated_mask`, on the gradients
+        """Masked local training, then ``s_i = m_i`` and the mask update (:func:`updated_masks`, on the gradients
         of :func:`screen_gradients`) while the prune rate is above 0."""
         losses = super().client_phase(plan, federation, runner)
         rate = prune_rate(plan.round, self.anneal_factor, self.anneal_rounds)

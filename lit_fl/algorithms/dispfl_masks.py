@@ -175,19 +175,16 @@ def screen_gradients(
             for work, result in zip(works, runner.run_phase(works)) if work is not None}
 
 
-def updated_mask(mask: Mapping[str, Tensor], model: nn.Module, grads: Mapping[str, Tensor], rate: float) -> Mask:
-    """A client's next mask: :func:`prune_and_regrow` of every layer at the model's trained weights."""
-    return updated_masks([mask], [model], [grads], rate)[0]
-
-
 def updated_masks(masks: Sequence[Mapping[str, Tensor]], models: Sequence[nn.Module],
                   grads: Sequence[Mapping[str, Tensor]], rate: float) -> list[Mask]:
-    """:func:`updated_mask` of every client: the masks live on the host, so the clients' trained weights and
-    screened gradients come to it in one transfer (not one per tensor: a wait for the device each)."""
+    """Every client's next mask: :func:`prune_and_regrow` of every layer at the model's trained weights. The masks
+    live on the host, so the clients' weights and screened gradients come to it in one transfer
+    (:func:`~lit_fl.steps.transfer.to_host`; not one per tensor: a wait for the device each)."""
+    from lit_fl.steps.transfer import to_host
 
     tensors = [t.detach() for model, grad, mask in zip(models, grads, masks)
                for t in (*(dict(model.named_parameters())[k] for k in mask), *(grad[k] for k in mask))]
-    host = _to_host(tensors)
+    host = to_host(tensors)
     out, i = [], 0
     for mask in masks:
         n = len(mask)
@@ -195,20 +192,3 @@ def updated_masks(masks: Sequence[Mapping[str, Tensor]], models: Sequence[nn.Mod
         out.append({k: prune_and_regrow(m, w, g, rate) for k, m, w, g in zip(mask, mask.values(), weights, screened)})
         i += 2 * n
     return out
-
-
-def _to_host(tensors: Sequence[Tensor]) -> list[Tensor]:
-    """``tensors`` on the host, in one copy per dtype and device (each back in its own shape)."""
-    import torch
-
-    if not tensors or all(t.device.type == "cpu" for t in tensors):
-        return [t.cpu() for t in tensors]
-    groups: dict[tuple, list[int]] = {}
-    for i, t in enumerate(tensors):
-        groups.setdefault((t.device, t.dtype), []).append(i)
-    out: list[Tensor | None] = [None] * len(tensors)
-    for members in groups.values():
-        flat = torch.cat([tensors[i].reshape(-1) for i in members]).cpu()
-        for i, part in zip(members, flat.split([tensors[i].numel() for i in members])):
-            out[i] = part.view(tensors[i].shape)
-    return out  # type: ignore[return-value]

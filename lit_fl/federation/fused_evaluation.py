@@ -33,7 +33,7 @@ def fused_correct(
 ) -> Tensor:
     """``[G, T + L]`` int64 on the device, model g's row: its correct count on ``test`` (when given, ``T = 1``),
     then its correct predictions on each sample of its validation index sets into ``train`` (``val_indices[g]``:
-    one set per client that holds model g; padding after). :func:`rows` reads a row's counts. Models must be in
+    one set per client that holds model g; padding after). :func:`row_counts` reads a row's counts. Models must be in
     eval mode. With ``sequence`` the counts are of correct counted tokens
     (:func:`~lit_fl.data.tokens.correct_counts`)."""
     group = FusedModels(models).eval()
