@@ -208,7 +208,7 @@ class Experiment:
             return elapsed_before + time.perf_counter() - start
 
         def checkpoint_extra() -> dict[str, Any]:
-            return {"wandb_id": tracker.run_id if tracker else extra.get("wandb_id"), "wall_s": wall_s(),
+            return {"wandb_id": (tracker.run_id if tracker else None) or extra.get("wandb_id"), "wall_s": wall_s(),
                     "identity": identity.to_dict()}
 
         callbacks = [MetricsFile(csv), ProgressDisplay(progress),
@@ -280,15 +280,16 @@ class Experiment:
         return {"status": "interrupted" if outcome.interrupted else "completed", "rank": runner.placement.rank}
 
     def _start_wandb(self, run_path: Path, config: dict[str, Any], run_id: str | None) -> WandbTracker | None:
-        """The W&B run, or None when W&B is off or cannot start (one warning line; the run goes on)."""
+        """The W&B run, or None when W&B is off. It starts on a thread while the first round runs; one that
+        cannot start says so in one warning line and the run goes on without it."""
         if not self.logger.wandb:
             return None
         tracker = WandbTracker(self.logger.project, self.logger.mode, self.logger.entity)
-        started = tracker.start(
+        tracker.start_in_background(
             run_path, run_path.name, config, run_id, group=self.logger.group, job_type=self.algorithm.name,
             tags=self.wandb_tags(),
         )
-        return tracker if started else None
+        return tracker
 
     def wandb_tags(self) -> list[str]:
         """The dataset, partition (with beta or zeta) and pool, then ``logger.tags``."""

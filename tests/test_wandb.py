@@ -92,3 +92,23 @@ def test_offline_wandb_run_matches_run_directory(tmp_path: Path, monkeypatch: py
     assert config["data"] == saved["data"]
     assert config["data"]["dataset"] == "synthetic"
     assert config["models"] == saved["models"]
+
+
+def test_wandb_starts_beside_the_first_round_and_the_checkpoint_keeps_its_id(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """W&B starts on a thread (its start-up overlaps round 1); the id that --resume continues must still reach the
+    checkpoint, and the one offline run holds every round."""
+    from lit_fl.federation.checkpoint import read_checkpoint
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    for var in ("WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR"):
+        monkeypatch.setenv(var, str(tmp_path / "wandb-home"))
+    cfg = write_config(tmp_path / "cfg.yaml", tiny_config("DFML", rounds=2, wandb=True))
+    result = run_cli("fit", "--config", cfg, "--run_dir", tmp_path / "runs", "--name", "wb")
+    assert result.rc == 0, result.err
+    run = tmp_path / "runs" / "wb"
+    (file,) = run.glob("wandb/offline-run-*/run-*.wandb")
+    assert read_checkpoint(run / "checkpoints" / "last.ckpt")["extra"]["wandb_id"] == file.stem.removeprefix("run-")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import netrc
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Literal
 
@@ -43,6 +44,20 @@ class WandbTracker:
     def __init__(self, project: str, mode: WandbMode = "auto", entity: str | None = None) -> None:
         self.project, self.mode, self.entity = project, mode, entity
         self.run: Any = None
+        self._starting: threading.Thread | None = None
+
+    def start_in_background(self, *args: Any, **kwargs: Any) -> None:
+        """``start`` on a thread, so W&B's 1-2 s of start-up (importing it, its service process) overlaps the
+        first round instead of delaying it. Every other method waits for the start first; a start that fails
+        prints its warning line and leaves the tracker off, as ``start`` does."""
+        self._starting = threading.Thread(target=self.start, args=args, kwargs=kwargs, name="lit-fl-wandb-start",
+                                          daemon=True)
+        self._starting.start()
+
+    def _started(self) -> None:
+        if self._starting is not None:
+            self._starting.join()
+            self._starting = None
 
     def start(
         self,
@@ -86,9 +101,11 @@ class WandbTracker:
 
     @property
     def run_id(self) -> str | None:
+        self._started()
         return None if self.run is None else self.run.id
 
     def log(self, metrics: dict[str, float], round_: int) -> None:
+        self._started()
         if self.run is None:
             return
         try:
@@ -97,6 +114,7 @@ class WandbTracker:
             self._off(err)
 
     def summarize(self, summary: dict[str, Any]) -> None:
+        self._started()
         if self.run is None:
             return
         try:
@@ -107,6 +125,7 @@ class WandbTracker:
 
     def finish(self, exit_code: int = 0) -> None:
         """Finish the run and wait until W&B has written it (offline runs are complete on disk after this)."""
+        self._started()
         if self.run is None:
             return
         try:
