@@ -4,7 +4,7 @@ Issue 38 asks for a start-up a user can pay for: this times the whole path a use
 Lightning, the config, the dataset, building the federation, W&B's start, round 1 with its evaluation), ``--repeats``
 interleaved pairs, min and median of each side and the ratio of the medians.
 
-    python benchmarks/first_round.py --baseline /path/to/other/checkout [--repeats 3] [--config experiments/quickstart.yaml]
+    python benchmarks/first_round.py --baseline /path/to/other/checkout [--repeats 3] [--config FILE]
 """
 
 from __future__ import annotations
@@ -52,7 +52,8 @@ def main() -> None:
                 times[side].append(first_round_s(checkout.resolve(), args.config.resolve(), Path(tmp)))
     for side, values in times.items():
         print(f"{side:9s} min {min(values):6.2f} s  median {statistics.median(values):6.2f} s  {values}")
-    print(f"ratio of medians (this / baseline): {statistics.median(times['this']) / statistics.median(times['baseline']):.3f}")
+    ratio = statistics.median(times["this"]) / statistics.median(times["baseline"])
+    print(f"ratio of medians (this / baseline): {ratio:.3f}")
 
 
 if __name__ == "__main__":

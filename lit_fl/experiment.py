@@ -29,6 +29,7 @@ from lit_fl.federation.faults import FaultsConfig
 from lit_fl.federation.topology import TopologyConfig
 from lit_fl.io import atomic_write_text, strict_json
 from lit_fl.lazy import eager_init_annotations
+from lit_fl.privacy.config import PrivacyConfig
 from lit_fl.run_dir import RunDir
 from lit_fl.run_identity import IDENTITY_KEYS, RunIdentity
 from lit_fl.tracking import MetricsCSV, RoundProgress, WandbTracker, read_metrics
@@ -36,6 +37,7 @@ from lit_fl.validation import check_output_folder
 
 if TYPE_CHECKING:
     from lit_fl.federation.state import Federation
+    from lit_fl.privacy.plan import PrivacyPlan
     from lit_fl.steps.runner import StepRunner
 
 # The data, the federation, the round loop and the runner (torch, Lightning) are imported when a run starts
@@ -58,6 +60,7 @@ class Experiment:
         logger: W&B and progress display.
         topology: who can reach whom (mesh, two_group, ring, regular).
         faults: simulated sender failures and lost returns.
+        privacy: differential privacy (docs/privacy.md): user-level DP-FedAvg on server methods.
         seed: seeds partition, initialisation, selection and data order.
         rounds: communication rounds T.
         eval_every: evaluate every this many rounds (round eval_every, 2 * eval_every, ...; the last round only when
@@ -76,6 +79,7 @@ class Experiment:
         logger: LoggerConfig,
         topology: TopologyConfig = TopologyConfig(),  # noqa: B008 - frozen defaults, never mutated
         faults: FaultsConfig = FaultsConfig(),  # noqa: B008
+        privacy: PrivacyConfig = PrivacyConfig(),  # noqa: B008
         seed: NonNegativeInt = 0,
         rounds: PositiveInt = 100,
         eval_every: PositiveInt = 1,
@@ -88,6 +92,7 @@ class Experiment:
         self.algorithm, self.data, self.models = algorithm, data, models
         self.trainer, self.logger = trainer, logger
         self.topology, self.faults = topology or TopologyConfig(), faults or FaultsConfig()
+        self.privacy = privacy or PrivacyConfig()
         self.seed, self.rounds, self.eval_every, self.checkpoint_every = seed, rounds, eval_every, checkpoint_every
         self.run_dir, self.name = Path(run_dir), name
         self.run_path: Path | None = None  #: the run directory, once :meth:`fit` has resolved it
@@ -142,6 +147,9 @@ class Experiment:
             faults=self.faults,
             same_init=self.algorithm.paper_same_init if self.models.same_init is None else self.models.same_init,
         )
+        if self.privacy.enabled:
+            federation.privacy = privacy_plan(self.algorithm, self.privacy, federation.num_clients, self.rounds)
+            federation.privacy_clip_norm = self.privacy.clip_norm
         self.algorithm.setup(federation)
         runner.place(federation.client_costs())
         return federation, runner
@@ -246,6 +254,9 @@ class Experiment:
             summary["reports"] = self.algorithm.reports
             summary["run_dir"] = str(run_path)
             summary["topology"] = topology_used(self.algorithm, federation)
+            if federation.privacy is not None:
+                summary["privacy"] = {**federation.privacy.settings(),
+                                      "epsilon": federation.privacy.epsilon(federation.round)}
             if loop.stop_signal:
                 summary["stop_signal"] = loop.stop_signal
             if error:
@@ -335,6 +346,18 @@ def _best_of(rows: list[dict[str, float]]) -> dict[str, Any]:
 def _or_below(value: float) -> float:
     """``value``, or below every accuracy where it is NaN (not evaluated), for ``max``."""
     return -1.0 if math.isnan(value) else value
+
+
+def privacy_plan(algorithm: Algorithm, config: PrivacyConfig, num_clients: int, rounds: int) -> PrivacyPlan:
+    """The plan of ``config`` for ``algorithm``; a method that cannot take user-level DP is one line."""
+    from lit_fl.algorithms.registry import ALGORITHMS
+    from lit_fl.privacy.plan import plan_privacy
+
+    if not getattr(algorithm, "user_level_dp", False):
+        takers = sorted(str(name) for name in ALGORITHMS if getattr(ALGORITHMS[name], "user_level_dp", False))
+        raise ConfigError(f"privacy.level: user takes a server method whose uploads are model weights ("
+                          f"{', '.join(takers)}); {algorithm.name} sends none the server averages")
+    return plan_privacy(config, num_clients, algorithm.client_fraction, rounds)  # type: ignore[attr-defined]
 
 
 def topology_used(algorithm: Algorithm, federation: Federation) -> str:

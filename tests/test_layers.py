@@ -44,6 +44,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("validation",),  # the whole config's checks before a run starts
     ("algorithms",),
     ("federation",),
+    ("privacy",),  # differential privacy: its config, accounting and mechanisms
     ("config",),  # the typed config sections of data and models
     ("steps",),
     ("losses",),

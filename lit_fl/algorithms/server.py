@@ -33,13 +33,14 @@ and sends nothing; one whose upload is lost is left out of the server update.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from lit_fl.algorithms.base import Algorithm, RoundResult, nanmean, phase_losses
 from lit_fl.algorithms.requirements import SERVER_BASED
 from lit_fl.algorithms.updates import GLOBAL, ClientUpdate, UpdateTransform, apply_transforms
 from lit_fl.federation.endpoints import SERVER
-from lit_fl.federation.selection import select_fraction
+from lit_fl.federation.selection import select_fraction, select_poisson
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -67,6 +68,9 @@ class ServerAlgorithm(Algorithm):
     #: (:meth:`local_work`): the methods whose clients exchange class scores, not weights (KT-pFL, FDmeta, DS-FL)
     sends_model: ClassVar[bool] = True
     client_fraction: float = 1.0
+    #: True: the uploads are the clients' models and :meth:`server_update` averages them (weights as given), so
+    #: user-level DP (``privacy.level user``) can clip and noise them; others refuse it in one line
+    user_level_dp: ClassVar[bool] = False
 
     # -- setup -------------------------------------------------------------------------------------------
 
@@ -99,13 +103,18 @@ class ServerAlgorithm(Algorithm):
         results = runner.run_phase(works)
         collected = self.collect_all(selected, works, results, federation, runner, ledger)
         updates = apply_transforms(self.update_transforms(), [u for u in collected if u is not None])
+        updates, privacy_metrics = self._private(updates, federation, round_)
         extra = self.server_update(updates, federation, runner)
-        result = RoundResult(senders=tuple(u.client for u in updates), train_loss=nanmean(phase_losses(results)),
-                             extra=extra)
+        result = RoundResult(senders=tuple(u.client for u in updates if u.client != SERVER),
+                             train_loss=nanmean(phase_losses(results)), extra={**extra, **privacy_metrics})
         return self.send_back(selected, updates, result, federation, runner, ledger)
 
     def select(self, federation: Federation) -> list[int]:
-        """``round(client_fraction * N)`` distinct clients (at least one), sorted (``federation.rng.selection``)."""
+        """``round(client_fraction * N)`` distinct clients (at least one), sorted (``federation.rng.selection``);
+        under user-level DP with ``privacy.client_sampling poisson``, each client with probability
+        ``client_fraction`` (possibly none), as its accounting assumes."""
+        if federation.privacy is not None and federation.privacy.config.client_sampling == "poisson":
+            return select_poisson(federation, self.client_fraction)
         return select_fraction(federation, self.client_fraction)
 
     def participants(self, federation: Federation) -> list[Client]:
@@ -155,6 +164,22 @@ class ServerAlgorithm(Algorithm):
     def update_transforms(self) -> Sequence[UpdateTransform]:
         """The chain of transforms every collected update passes through before :meth:`server_update` (none)."""
         return ()
+
+    def _private(self, updates: list[ClientUpdate], federation: Federation,
+                 round_: int) -> tuple[list[ClientUpdate], dict[str, float]]:
+        """User-level DP (``privacy.level user``, :mod:`lit_fl.privacy.user_level`): the updates clipped and noised
+        against the broadcast model, and the round's privacy metrics; unchanged without it."""
+        if federation.privacy is None:
+            return updates, {}
+        from lit_fl.privacy.user_level import private_round
+
+        start = {k: v.detach() for k, v in federation.server[GLOBAL].state_dict().items()}
+        private = private_round(federation.privacy, start, [u.values for u in updates], federation.privacy_clip_norm,
+                                federation.rng.privacy, round_)
+        federation.privacy_clip_norm = private.clip_norm
+        if not updates:  # an empty cohort: the noise alone moves the model
+            return [ClientUpdate(SERVER, private.values[0], 1.0, GLOBAL)], private.metrics
+        return [dataclasses.replace(u, values=v, weight=1.0) for u, v in zip(updates, private.values)], private.metrics
 
     def server_update(self, updates: Sequence[ClientUpdate], federation: Federation,
                       runner: StepRunner) -> dict[str, float]:

@@ -75,6 +75,7 @@ class ServerFedAvg(ServerAlgorithm):
     requires = (*ServerAlgorithm.requires, ONE_ARCHITECTURE)
 
     sequence_tasks = True  # learns from logits alone: runs on token sequences (lit_fl.data.tokens)
+    user_level_dp = True  # the uploads are models and step 5 averages them: DP-FedAvg (McMahan et al. 2018)
 
     def __init__(
         self,

@@ -69,3 +69,11 @@ def select_fraction(federation: Federation, fraction: float) -> list[int]:
     n = federation.num_clients
     count = int(min(max(math.floor(fraction * n + 0.5), 1), n))
     return sorted(int(c) for c in federation.rng.selection.choice(n, size=count, replace=False))
+
+
+def select_poisson(federation: Federation, rate: float) -> list[int]:
+    """Every client independently with probability ``rate`` (Poisson sampling, drawn from
+    ``federation.rng.selection``), sorted; possibly none. The cohort of user-level DP with ``client_sampling
+    poisson`` (McMahan et al. 2018), whose accounting assumes exactly this."""
+    draws = federation.rng.selection.random(federation.num_clients)
+    return [int(c) for c in np.flatnonzero(draws < rate)]

@@ -6,7 +6,8 @@ Client state lives here, not in Lightning objects (DESIGN). A checkpoint is :met
 from __future__ import annotations
 
 import copy
-from typing import Any
+import math
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -18,6 +19,9 @@ from lit_fl.federation.fingerprint import Stamp, stamp
 from lit_fl.federation.topology import Topology, mesh
 from lit_fl.models import num_parameters
 from lit_fl.steps.aggregation import load_weights
+
+if TYPE_CHECKING:
+    from lit_fl.privacy.plan import PrivacyPlan
 
 
 class WeightsToken:
@@ -149,7 +153,7 @@ class RandomStreams:
 
     ``selection`` draws aggregators and senders, ``data_order`` shuffles batches and augments, ``faults``
     draws client failures, ``algorithm`` serves a method's own draws (e.g. Federated Dropout's indices,
-    Def-KT's receivers). Partition
+    Def-KT's receivers), ``privacy`` draws differential privacy's noise. Partition
     and initialisation streams are used once at build time and are rebuilt from the seed.
     """
 
@@ -158,6 +162,7 @@ class RandomStreams:
         self.data_order = torch.Generator().manual_seed(seed * 1_000_003 + 2)
         self.faults = np.random.default_rng([seed, 4])
         self.algorithm = np.random.default_rng([seed, 5])
+        self.privacy = torch.Generator().manual_seed(seed * 1_000_003 + 6)
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -165,6 +170,7 @@ class RandomStreams:
             "data_order": self.data_order.get_state(),
             "faults": self.faults.bit_generator.state,
             "algorithm": self.algorithm.bit_generator.state,
+            "privacy": self.privacy.get_state(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -172,6 +178,8 @@ class RandomStreams:
         self.data_order.set_state(state["data_order"])
         self.faults.bit_generator.state = state["faults"]
         self.algorithm.bit_generator.state = state["algorithm"]
+        if "privacy" in state:  # checkpoints before differential privacy have none (and drew no noise)
+            self.privacy.set_state(state["privacy"])
 
 
 class Federation:
@@ -205,6 +213,10 @@ class Federation:
         #: ``server_idx`` unless ``data.proxy.size``): codistillation's distillation set. None when the proxy is
         #: another dataset's.
         self.proxy_idx: Tensor | None = torch.empty(0, dtype=torch.long)
+        #: User-level differential privacy (``privacy.level user``): the plan, None without it; and the clip norm of
+        #: the next round (adaptive clipping moves it; state, so it is checkpointed).
+        self.privacy: PrivacyPlan | None = None
+        self.privacy_clip_norm: float = math.nan
 
     @property
     def num_clients(self) -> int:
@@ -229,6 +241,7 @@ class Federation:
             "rng": self.rng.state_dict(),
             "server": {name: m.state_dict() for name, m in self.server.items()},
             "clients": [c.state_dict() for c in self.clients],
+            "privacy_clip_norm": self.privacy_clip_norm,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -236,6 +249,7 @@ class Federation:
             raise ValueError(f"checkpoint has {len(state['clients'])} clients, the config {len(self.clients)}")
         self.round = int(state["round"])
         self.rng.load_state_dict(state["rng"])
+        self.privacy_clip_norm = float(state.get("privacy_clip_norm", self.privacy_clip_norm))
         for name, server_state in state["server"].items():
             self.server[name].load_state_dict(server_state)
         for client, saved in zip(self.clients, state["clients"]):

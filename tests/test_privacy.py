@@ -1,0 +1,258 @@
+"""User-level differential privacy (DP-FedAvg): the accountant against another library's, the calibration, the
+clipping bound (fused and unfused), the noise's standard deviation, adaptive clipping by hand, fused equals unfused
+with the same noise, and the bad input lines."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import run_cli, tiny_config, write_config
+from federations import tiny_federation
+
+from lit_fl.algorithms import ServerFedAvg
+from lit_fl.errors import ConfigError
+from lit_fl.federation.ledger import CommunicationLedger
+from lit_fl.federation.state import Federation
+from lit_fl.privacy import user_level
+from lit_fl.privacy.accounting import RDP_ORDERS, SampledGaussian, calibrate_noise, epsilon
+from lit_fl.privacy.config import PrivacyConfig
+from lit_fl.privacy.plan import PrivacyPlan, plan_privacy
+from lit_fl.steps.runner import StepRunner
+from lit_fl.tracking import read_metrics
+
+CLIP = user_level.clip_delta
+#: float64 models: fused and unfused rounds differ by summation order only (as in tests/test_client_work.py)
+RTOL = 1e-10
+
+# -- accounting -------------------------------------------------------------------------------------------------
+
+GRID = list(itertools.product([0.001, 0.01, 0.05], [0.8, 1.0, 2.0], [100, 1000], [1e-5, 1e-3]))
+
+
+@pytest.mark.parametrize(("rate", "sigma", "steps", "delta"), GRID)
+def test_rdp_epsilon_equals_opacus_rdp_accountant_within_1_percent(rate: float, sigma: float, steps: int,
+                                                                   delta: float) -> None:
+    """Opacus's own implementation of the subsampled Gaussian's RDP (same orders): the independent reference."""
+    from opacus.accountants import RDPAccountant
+
+    logging.disable(logging.WARNING)
+    try:
+        reference = RDPAccountant()
+        reference.history = [(sigma, rate, steps)]
+        expected = reference.get_epsilon(delta, alphas=list(RDP_ORDERS))
+    finally:
+        logging.disable(logging.NOTSET)
+    ours = epsilon(SampledGaussian(sigma, rate * 10_000, 10_000), steps, delta)
+    assert ours == pytest.approx(expected, rel=0.01)
+
+
+@pytest.mark.parametrize(("accountant", "target"), [("rdp", 1.0), ("rdp", 8.0), ("pld", 2.0)])
+def test_calibrated_noise_reaches_the_target_epsilon_within_1_percent(accountant: str, target: float) -> None:
+    mechanism = SampledGaussian(0.0, 30, 1000)
+    sigma = calibrate_noise(mechanism, 200, 1e-5, target, accountant)  # type: ignore[arg-type]
+    reached = epsilon(SampledGaussian(sigma, 30, 1000), 200, 1e-5, accountant)  # type: ignore[arg-type]
+    assert reached == pytest.approx(target, rel=0.01) and reached <= target * (1 + 1e-6)
+    assert epsilon(SampledGaussian(sigma * 0.97, 30, 1000), 200, 1e-5, accountant) > target  # type: ignore[arg-type]
+
+
+def test_more_rounds_spend_more_epsilon_and_none_spend_nothing() -> None:
+    mechanism = SampledGaussian(1.0, 10, 100)
+    values = [epsilon(mechanism, t, 1e-3) for t in (0, 1, 10, 100)]
+    assert values[0] == 0.0 and values == sorted(values) and len(set(values)) == 4
+
+
+# -- the mechanism ----------------------------------------------------------------------------------------------
+
+
+def plan(rounds: int = 10, **overrides: object) -> PrivacyPlan:
+    config = PrivacyConfig(**{"level": "user", "noise_multiplier": 1.0, "clip_norm": 0.5, **overrides})
+    return plan_privacy(config, num_clients=100, client_fraction=0.1, rounds=rounds)
+
+
+def test_clipping_scales_long_updates_to_c_and_leaves_short_ones() -> None:
+    gen = torch.Generator().manual_seed(0)
+    for scale in (0.01, 0.1, 10.0):
+        delta = {"w": torch.randn(7, 3, generator=gen, dtype=torch.float64) * scale,
+                 "b": torch.randn(3, generator=gen, dtype=torch.float64) * scale}
+        norm = user_level.update_norm(delta)
+        clipped = user_level.clip_delta(delta, norm, 0.5)
+        clipped_norm = float(user_level.update_norm(clipped))
+        if float(norm) <= 0.5:
+            assert all(torch.equal(clipped[k], delta[k]) for k in delta)
+        else:
+            assert clipped_norm == pytest.approx(0.5, rel=1e-12)
+            assert torch.allclose(clipped["w"] / delta["w"], torch.full_like(delta["w"], 0.5 / float(norm)))
+
+
+def test_the_noise_on_the_average_has_standard_deviation_sigma_c_over_the_expected_cohort() -> None:
+    """10^4 entries of one round's average over m = 5 zero updates: their spread is the noise's,
+    ``sigma * C / E`` with E = q N = 10; within 3 standard errors (the sample std's is std / sqrt(2 n))."""
+    p = plan()
+    n = 10_000
+    start = {"w": torch.zeros(n, dtype=torch.float64)}
+    sent = [{"w": torch.zeros(n, dtype=torch.float64)} for _ in range(5)]
+    out = user_level.private_round(p, start, sent, 0.5, torch.Generator().manual_seed(1), 1)
+    average = sum(v["w"] for v in out.values) / len(out.values)
+    expected = 1.0 * 0.5 / 10
+    assert float(average.std()) == pytest.approx(expected, abs=3 * expected / math.sqrt(2 * n))
+    assert abs(float(average.mean())) < 3 * expected / math.sqrt(n)
+
+
+def test_the_average_of_the_private_updates_is_start_plus_clipped_sum_and_noise_over_e() -> None:
+    p = plan(noise_multiplier=0.0)
+    start = {"w": torch.tensor([1.0, 2.0], dtype=torch.float64), "n": torch.tensor(3)}
+    sent = [torch.tensor([1.3, 2.4], dtype=torch.float64), torch.tensor([1.1, 2.0], dtype=torch.float64)]
+    out = user_level.private_round(p, start, [{"w": w, "n": torch.tensor(9)} for w in sent], 0.5, torch.Generator(), 1)
+    assert len(out.values) == 2 and all(int(v["n"]) == 9 for v in out.values)
+    # Delta_0 = (0.3, 0.4), norm 0.5: kept; Delta_1 = (0.1, 0): kept; (sum) / E = (0.4, 0.4) / 10
+    average = sum(v["w"] for v in out.values) / 2
+    torch.testing.assert_close(average, torch.tensor([1.04, 2.04], dtype=torch.float64), rtol=1e-14, atol=0)
+
+
+def test_an_empty_cohort_still_moves_the_model_by_the_noise() -> None:
+    out = user_level.private_round(plan(), {"w": torch.zeros(4, dtype=torch.float64)}, [], 0.5,
+                                   torch.Generator().manual_seed(0), 1)
+    (values,) = out.values
+    assert values["w"].abs().sum() > 0
+
+
+def test_adaptive_clipping_follows_andrew_et_al_by_hand() -> None:
+    p = plan(target_quantile=0.5, clip_learning_rate=0.2, clipped_count_stddev=0.5, noise_multiplier=0.5)
+    # Theorem 1: sigma_Delta = (z^-2 - (2 sigma_b)^-2)^(-1/2) = (4 - 1)^(-1/2)
+    assert p.update_noise_multiplier == pytest.approx(3 ** -0.5, rel=1e-12)
+    norms = [torch.tensor(x, dtype=torch.float64) for x in (0.2, 0.4, 0.9)]  # two of three at most C = 0.5
+    gen = torch.Generator().manual_seed(3)
+    draw = float(torch.randn((), generator=torch.Generator().manual_seed(3), dtype=torch.float64))
+    clip, metrics = user_level._adapt(p, norms, 0.5, gen)
+    share = (2 + draw * 0.5) / 10  # E = q N = 10
+    assert metrics["unclipped_share"] == pytest.approx(share, rel=1e-12)
+    assert clip == pytest.approx(0.5 * math.exp(-0.2 * (share - 0.5)), rel=1e-12)
+
+
+def test_adaptive_clipping_refuses_a_count_noise_that_leaves_no_budget() -> None:
+    with pytest.raises(ConfigError, match=r"^privacy.clipped_count_stddev: .* 2 \* clipped_count_stddev"):
+        plan(target_quantile=0.5, clipped_count_stddev=0.4, noise_multiplier=1.0)
+
+
+# -- on the server pipeline, fused and unfused --------------------------------------------------------------------
+
+
+@pytest.fixture
+def float64(one_thread: None) -> Iterator[None]:
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def private_run(fuse: str, monkeypatch: pytest.MonkeyPatch, **privacy: object) -> tuple[Federation, list[float]]:
+    """3 rounds of DP-FedAvg on six uneven clients; the norms of every clipped update."""
+    clipped_norms: list[float] = []
+
+    def spy(delta: dict[str, torch.Tensor], norm: torch.Tensor, clip_norm: float) -> dict[str, torch.Tensor]:
+        out = CLIP(delta, norm, clip_norm)
+        clipped_norms.append(float(user_level.update_norm(out)))
+        return out
+
+    monkeypatch.setattr(user_level, "clip_delta", spy)
+    fed = tiny_federation(num_clients=6, pool=("cnn_4_8",))
+    algo = ServerFedAvg(client_fraction=0.5, local_epochs=1, batch_size=16)
+    config = PrivacyConfig(**{"level": "user", "noise_multiplier": 0.3, "clip_norm": 0.05, **privacy})
+    fed.privacy, fed.privacy_clip_norm = plan_privacy(config, fed.num_clients, 0.5, 3), config.clip_norm
+    algo.setup(fed)
+    runner, ledger = StepRunner("cpu", fuse=fuse), CommunicationLedger.of(fed)
+    for round_ in range(1, 4):
+        ledger.start_round()
+        algo.run_round(round_, fed, runner, ledger)
+    return fed, clipped_norms
+
+
+@pytest.mark.parametrize("sampling", ["poisson", "fixed"])
+def test_fused_and_unfused_dp_rounds_clip_every_update_and_give_the_same_weights(
+    sampling: str, float64: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fused, fused_norms = private_run("on", monkeypatch, client_sampling=sampling)
+    unfused, unfused_norms = private_run("off", monkeypatch, client_sampling=sampling)
+    assert len(fused_norms) == len(unfused_norms) >= 3
+    assert max(fused_norms + unfused_norms) <= 0.05 * (1 + 1e-12)
+    a, b = (torch.cat([v.flatten() for v in f.server["global"].state_dict().values() if v.is_floating_point()])
+            for f in (fused, unfused))
+    assert (a - b).norm() <= RTOL * b.norm()
+
+
+def test_the_privacy_stream_and_clip_norm_are_checkpointed(float64: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    fed, _ = private_run("off", monkeypatch, target_quantile=0.5, clipped_count_stddev=10.0)
+    assert fed.privacy_clip_norm != 0.05  # adaptive clipping moved it
+    state = fed.state_dict()
+    fresh = tiny_federation(num_clients=6, pool=("cnn_4_8",))
+    ServerFedAvg(client_fraction=0.5).setup(fresh)
+    fresh.load_state_dict(state)
+    assert fresh.privacy_clip_norm == fed.privacy_clip_norm
+    assert torch.equal(torch.randn(5, generator=fresh.rng.privacy), torch.randn(5, generator=fed.rng.privacy))
+
+
+# -- bad input, one line each -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"target_epsilon": 0.01, "noise_multiplier": None, "rounds": 1000},
+     r"^privacy.target_epsilon: 0.01 cannot be reached in 1000 rounds at delta 0.00630957 with a noise multiplier "
+     r"up to 100; raise it, or lower rounds or algorithm.client_fraction$"),
+    ({"delta": 0.02}, r"^privacy.delta: 0.02 must be below 1 / \(number of users\) = 1/100"),
+    ({"noise_cohort_size": 500}, r"^privacy.noise_cohort_size: 500 is more than the population of 100"),
+])
+def test_bad_privacy_settings_are_one_line(overrides: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        plan(**overrides)
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("clip_norm", 0, r"^privacy.clip_norm must be > 0, got 0$"),
+    ("noise_multiplier", -1, r"^privacy.noise_multiplier must be in \[0, 100\], got -1$"),
+    ("noise_multiplier", 101, r"^privacy.noise_multiplier must be in \[0, 100\], got 101$"),
+    ("level", "sample", r"^privacy.level: 'sample' is not allowed; allowed: none, user$"),
+])
+def test_out_of_range_privacy_keys_are_one_line(key: str, value: object, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        PrivacyConfig(**{"level": "user", "noise_multiplier": 1.0, key: value})
+
+
+def test_a_method_that_cannot_take_user_level_dp_refuses_it_in_one_line(tmp_path: Path) -> None:
+    cfg = write_config(tmp_path / "cfg.yaml", {**tiny_config("DFML", rounds=1),
+                                               "privacy": {"level": "user", "noise_multiplier": 1.0}})
+    result = run_cli("fit", "--config", cfg, "--run_dir", tmp_path / "runs")
+    assert result.rc == 2 and not (tmp_path / "runs").exists()
+    (line,) = result.err.strip().splitlines()
+    assert line.startswith("lit-fl: error: privacy.level: user takes a server method whose uploads are model "
+                           "weights (FedNTD, ServerFedAvg, ServerFedProx); DFML sends none"), line
+
+
+# -- a run ----------------------------------------------------------------------------------------------------------
+
+
+def test_a_private_run_logs_epsilon_every_round_and_its_settings_in_the_summary(tmp_path: Path) -> None:
+    config = tiny_config("ServerFedAvg", rounds=3, client_fraction=0.5, local_epochs=1)
+    config["algorithm"]["init_args"].pop("sender_fraction")
+    config["models"] = {"pool": ["cnn_4_8"]}
+    config["data"]["num_clients"] = 6
+    config["privacy"] = {"level": "user", "target_epsilon": 30.0, "delta": 0.1, "clip_norm": 0.1}
+    cfg = write_config(tmp_path / "cfg.yaml", config)
+    result = run_cli("fit", "--config", cfg, "--run_dir", tmp_path / "runs", "--name", "dp")
+    assert result.rc == 0, result.err
+    rows = read_metrics(tmp_path / "runs" / "dp" / "metrics.csv")
+    spent = [r["epsilon"] for r in rows]
+    assert spent == sorted(spent) and spent[-1] == pytest.approx(30.0, rel=0.01)
+    summary = json.loads((tmp_path / "runs" / "dp" / "summary.json").read_text())
+    assert summary["privacy"]["epsilon"] == pytest.approx(spent[-1], rel=1e-5)
+    assert summary["privacy"]["delta"] == 0.1 and summary["privacy"]["level"] == "user"
+    sigma = summary["privacy"]["noise_multiplier"]
+    assert epsilon(SampledGaussian(sigma, 3, 6), 3, 0.1) == pytest.approx(30.0, rel=0.01)
