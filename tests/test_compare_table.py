@@ -253,3 +253,42 @@ def test_a_paper_row_without_a_run_is_shown_and_counted_and_the_most_specific_ro
     assert lines[4] == "| FedAvg [paper only: no run] | 0 | - | - | - | - | - | 60.00 |"
     assert lines[-1] == "1 paper row of global_acc match no run: shown as 'paper only: no run'."
     assert "FedAvg [paper only: no run],0,0,,,,,,,,,0,0.7,0.6" in to_csv(comparison, 0.7)
+
+
+def private_run(seed: int, accuracy: list[float], epsilons: list[float] | None) -> RunResult:
+    """A run with ``epsilon`` per round (a differentially private one), or without (``None``)."""
+    rows = [{"round": float(r), "global_acc": a, "comm_mb": float(r)} for r, a in enumerate(accuracy, 1)]
+    for row, eps in zip(rows, epsilons or []):
+        row["epsilon"] = eps
+    return RunResult(name=f"s{seed}", path=Path(f"s{seed}"), params={}, seed=seed, rows=rows)
+
+
+def test_a_private_comparison_shows_epsilon_beside_accuracy_and_draws_accuracy_against_it(tmp_path: Path) -> None:
+    from lit_fl.suite.compare.curves import axes
+    from lit_fl.suite.compare.dashboard import figure, write_dashboard
+    from lit_fl.suite.compare.table import to_csv, to_markdown
+
+    dp = Group("dp", {}, [private_run(0, [0.5, 0.7], [1.0, 1.5]), private_run(1, [0.6, 0.8], [1.0, 1.5])])
+    local = Group("local", {}, [private_run(0, [0.4, 0.5], None)])
+    comparison = Comparison("t", [dp, local], paper=None, metric="global_acc", source=Path("."))
+    lines = to_markdown(comparison, 0.75).splitlines()
+    assert lines[0].endswith("| final epsilon |")
+    assert lines[2].startswith("| dp |") and lines[2].endswith("| 1.5 ± 0 |")
+    assert lines[3].startswith("| local |") and lines[3].endswith("| - |")
+    assert to_csv(comparison, 0.75).splitlines()[0].endswith("final_epsilon_mean,final_epsilon_std")
+    assert axes(comparison, "global_acc") == ["round", "comm_mb", "epsilon"]
+    assert axes(comparison, "epsilon") == ["round", "comm_mb"]  # epsilon against itself is no view
+    data = figure(comparison, "global_acc", "epsilon")["data"]
+    mean = next(t for t in data if t["name"].startswith("dp (mean"))
+    assert mean["x"] == [1.0, 1.5] and mean["y"] == pytest.approx([0.55, 0.75])
+    assert not any(t["name"].startswith("local") for t in data)  # no privacy: nothing to draw against epsilon
+    ids = write_dashboard(comparison, "", tmp_path / "d.html")
+    assert "vs privacy spent, epsilon(delta)" in (tmp_path / "d.html").read_text() and len(ids) == 3 + 2  # global_acc: 3 axes; epsilon: 2
+
+
+def test_a_comparison_without_privacy_has_no_epsilon_column() -> None:
+    from lit_fl.suite.compare.table import to_markdown
+
+    comparison = Comparison("t", [Group("m", {}, [private_run(0, [0.5], None)])], paper=None, metric="global_acc",
+                            source=Path("."))
+    assert "epsilon" not in to_markdown(comparison, 0.9)

@@ -16,7 +16,7 @@ import torch
 from conftest import run_cli, tiny_config, write_config
 from federations import tiny_federation
 
-from lit_fl.algorithms import ServerFedAvg
+from lit_fl.algorithms import SCAFFOLD, ServerFedAvg
 from lit_fl.errors import ConfigError
 from lit_fl.federation.ledger import CommunicationLedger
 from lit_fl.federation.state import Federation
@@ -60,6 +60,16 @@ def test_calibrated_noise_reaches_the_target_epsilon_within_1_percent(accountant
     reached = epsilon(SampledGaussian(sigma, 30, 1000), 200, 1e-5, accountant)  # type: ignore[arg-type]
     assert reached == pytest.approx(target, rel=0.01) and reached <= target * (1 + 1e-6)
     assert epsilon(SampledGaussian(sigma * 0.97, 30, 1000), 200, 1e-5, accountant) > target  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("sigma", "rate"), [(1.0, 0.01), (2.0, 0.1)])
+def test_fixed_size_sampling_costs_at_least_a_poisson_mechanism_of_twice_the_sensitivity(sigma: float,
+                                                                                          rate: float) -> None:
+    """Replacing one client moves the sum by up to 2 C: the fixed-size cohort's epsilon at sigma is at least that of
+    Poisson sampling at the same rate with half the multiplier (add/remove of one client at 2 C)."""
+    fixed = epsilon(SampledGaussian(sigma, rate * 1000, 1000, "fixed"), 100, 1e-5)
+    poisson_double = epsilon(SampledGaussian(sigma / 2, rate * 1000, 1000), 100, 1e-5)
+    assert fixed >= poisson_double
 
 
 def test_more_rounds_spend_more_epsilon_and_none_spend_nothing() -> None:
@@ -116,6 +126,21 @@ def test_the_average_of_the_private_updates_is_start_plus_clipped_sum_and_noise_
     torch.testing.assert_close(average, torch.tensor([1.04, 2.04], dtype=torch.float64), rtol=1e-14, atol=0)
 
 
+def test_a_side_delta_is_clipped_with_its_model_delta_by_one_norm_and_keeps_its_sum() -> None:
+    """SCAFFOLD's (Delta y, Delta c) is one vector: client 0's (0.3, 0 | 0.4) has norm 0.5 = C and stays; client 1's
+    (0.6, 0 | 0.8) has norm 1 and halves. Without noise the side deltas sum to 0.4 + 0.4; the model average is
+    w_t + (0.3 + 0.3, 0) / E."""
+    p = plan(noise_multiplier=0.0)
+    start = {"w": torch.zeros(2, dtype=torch.float64)}
+    sent = [{"w": torch.tensor([0.3, 0.0], dtype=torch.float64)}, {"w": torch.tensor([0.6, 0.0], dtype=torch.float64)}]
+    side = [{"c": torch.tensor([0.4], dtype=torch.float64)}, {"c": torch.tensor([0.8], dtype=torch.float64)}]
+    out = user_level.private_round(p, start, sent, 0.5, torch.Generator(), 1, side, {"c": torch.zeros(1)})
+    torch.testing.assert_close(out.side[0]["c"] + out.side[1]["c"], torch.tensor([0.8], dtype=torch.float64), rtol=1e-14,
+                               atol=0)
+    torch.testing.assert_close((out.values[0]["w"] + out.values[1]["w"]) / 2,
+                               torch.tensor([0.06, 0.0], dtype=torch.float64), rtol=1e-14, atol=0)
+
+
 def test_an_empty_cohort_still_moves_the_model_by_the_noise() -> None:
     out = user_level.private_round(plan(), {"w": torch.zeros(4, dtype=torch.float64)}, [], 0.5,
                                    torch.Generator().manual_seed(0), 1)
@@ -154,8 +179,10 @@ def float64(one_thread: None) -> Iterator[None]:
         torch.set_default_dtype(previous)
 
 
-def private_run(fuse: str, monkeypatch: pytest.MonkeyPatch, **privacy: object) -> tuple[Federation, list[float]]:
-    """3 rounds of DP-FedAvg on six uneven clients; the norms of every clipped update."""
+def private_run(fuse: str, monkeypatch: pytest.MonkeyPatch, method: type = ServerFedAvg,
+                **privacy: object) -> tuple[Federation, list[float]]:
+    """3 rounds of user-level DP (``method``: DP-FedAvg, or SCAFFOLD with its control change clipped beside the
+    model) on six uneven clients; the norms of every clipped update."""
     clipped_norms: list[float] = []
 
     def spy(delta: dict[str, torch.Tensor], norm: torch.Tensor, clip_norm: float) -> dict[str, torch.Tensor]:
@@ -165,7 +192,7 @@ def private_run(fuse: str, monkeypatch: pytest.MonkeyPatch, **privacy: object) -
 
     monkeypatch.setattr(user_level, "clip_delta", spy)
     fed = tiny_federation(num_clients=6, pool=("cnn_4_8",))
-    algo = ServerFedAvg(client_fraction=0.5, local_epochs=1, batch_size=16)
+    algo = method(client_fraction=0.5, local_epochs=1, batch_size=16)
     config = PrivacyConfig(**{"level": "user", "noise_multiplier": 0.3, "clip_norm": 0.05, **privacy})
     fed.privacy, fed.privacy_clip_norm = plan_privacy(config, fed.num_clients, 0.5, 3), config.clip_norm
     algo.setup(fed)
@@ -176,12 +203,13 @@ def private_run(fuse: str, monkeypatch: pytest.MonkeyPatch, **privacy: object) -
     return fed, clipped_norms
 
 
-@pytest.mark.parametrize("sampling", ["poisson", "fixed"])
+@pytest.mark.parametrize(("method", "sampling"), [(ServerFedAvg, "poisson"), (ServerFedAvg, "fixed"),
+                                                 (SCAFFOLD, "poisson")])
 def test_fused_and_unfused_dp_rounds_clip_every_update_and_give_the_same_weights(
-    sampling: str, float64: None, monkeypatch: pytest.MonkeyPatch
+    method: type, sampling: str, float64: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fused, fused_norms = private_run("on", monkeypatch, client_sampling=sampling)
-    unfused, unfused_norms = private_run("off", monkeypatch, client_sampling=sampling)
+    fused, fused_norms = private_run("on", monkeypatch, method, client_sampling=sampling)
+    unfused, unfused_norms = private_run("off", monkeypatch, method, client_sampling=sampling)
     assert len(fused_norms) == len(unfused_norms) >= 3
     assert max(fused_norms + unfused_norms) <= 0.05 * (1 + 1e-12)
     a, b = (torch.cat([v.flatten() for v in f.server["global"].state_dict().values() if v.is_floating_point()])
@@ -198,6 +226,17 @@ def test_the_privacy_stream_and_clip_norm_are_checkpointed(float64: None, monkey
     fresh.load_state_dict(state)
     assert fresh.privacy_clip_norm == fed.privacy_clip_norm
     assert torch.equal(torch.randn(5, generator=fresh.rng.privacy), torch.randn(5, generator=fed.rng.privacy))
+
+
+def test_poisson_sampling_draws_each_client_with_probability_q() -> None:
+    """2,000 cohorts of 6 clients at q = 0.5: their sizes vary (some empty) and average q N within 3 standard
+    errors (a cohort's size is Binomial(6, 0.5): std sqrt(1.5))."""
+    fed = tiny_federation(num_clients=6, pool=("cnn_4_8",))
+    algo = ServerFedAvg(client_fraction=0.5)
+    fed.privacy = plan_privacy(PrivacyConfig(level="user", noise_multiplier=1.0), fed.num_clients, 0.5, 10)
+    sizes = [len(algo.select(fed)) for _ in range(2000)]
+    assert min(sizes) == 0 and max(sizes) == 6
+    assert sum(sizes) / len(sizes) == pytest.approx(3.0, abs=3 * math.sqrt(1.5 / 2000))
 
 
 # -- bad input, one line each -------------------------------------------------------------------------------------
@@ -233,7 +272,7 @@ def test_a_method_that_cannot_take_user_level_dp_refuses_it_in_one_line(tmp_path
     assert result.rc == 2 and not (tmp_path / "runs").exists()
     (line,) = result.err.strip().splitlines()
     assert line.startswith("lit-fl: error: privacy.level: user takes a server method whose uploads are model "
-                           "weights (FedNTD, ServerFedAvg, ServerFedProx); DFML sends none"), line
+                           "weights (FedNTD, SCAFFOLD, ServerFedAvg, ServerFedProx); DFML sends none"), line
 
 
 # -- a run ----------------------------------------------------------------------------------------------------------

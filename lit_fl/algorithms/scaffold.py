@@ -113,6 +113,10 @@ class SCAFFOLD(ServerAlgorithm):
     reports = "server_acc/global"
     client_defaults = FEDORION_CLIENTS
     requires = (*ServerAlgorithm.requires, ONE_ARCHITECTURE)
+    #: user-level DP (docs/privacy.md): a client's (Delta y_i, Delta c_i) is one vector, clipped to C together and
+    #: noised in both sums, so the accountant charges one Gaussian mechanism per round for the pair
+    user_level_dp = True
+    private_extra = "delta_c"
 
     def __init__(
         self,
@@ -192,9 +196,16 @@ class SCAFFOLD(ServerAlgorithm):
         self.client_controls[client.id] = c_plus
         return ClientUpdate(client.id, model_state(client.model), extra={"delta_c": delta_c})
 
+    def private_extra_like(self) -> Tensors:
+        """``Delta c``'s shapes: ``c``'s."""
+        return self.server_control
+
     def server_update(self, updates: Sequence[ClientUpdate], federation: Federation,
                       runner: StepRunner) -> dict[str, float]:
-        """Lines 16-17 (:func:`server_update`) over the arrived updates; buffers take the clients' mean."""
+        """Lines 16-17 (:func:`server_update`) over the arrived updates; buffers take the clients' mean. Under
+        user-level DP the updates arrive clipped and noised (:mod:`lit_fl.privacy.user_level`): their mean model
+        delta is the noised sum over the expected cohort ``E``, and their ``Delta c`` sum is the noised clipped sum
+        (line 17 divides it by N)."""
         if updates:
             server = federation.server[GLOBAL]
             names = [name for name, _ in server.named_parameters()]

@@ -71,6 +71,9 @@ class ServerAlgorithm(Algorithm):
     #: True: the uploads are the clients' models and :meth:`server_update` averages them (weights as given), so
     #: user-level DP (``privacy.level user``) can clip and noise them; others refuse it in one line
     user_level_dp: ClassVar[bool] = False
+    #: an upload's ``extra`` entry (a list of tensors) that changes server state beside the model (SCAFFOLD's
+    #: ``delta_c``): user-level DP clips it together with the model delta (one norm) and noises its sum
+    private_extra: ClassVar[str | None] = None
 
     # -- setup -------------------------------------------------------------------------------------------
 
@@ -174,12 +177,22 @@ class ServerAlgorithm(Algorithm):
         from lit_fl.privacy.user_level import private_round
 
         start = {k: v.detach() for k, v in federation.server[GLOBAL].state_dict().items()}
+        key = self.private_extra
+        side = [{str(i): t for i, t in enumerate(u.extra[key])} for u in updates] if key else []
         private = private_round(federation.privacy, start, [u.values for u in updates], federation.privacy_clip_norm,
-                                federation.rng.privacy, round_)
+                                federation.rng.privacy, round_, side,
+                                {str(i): t for i, t in enumerate(self.private_extra_like())} if key else None)
         federation.privacy_clip_norm = private.clip_norm
+        extras = [{key: [s[str(i)] for i in range(len(s))]} if key else {} for s in private.side] or [{}] * len(updates)
         if not updates:  # an empty cohort: the noise alone moves the model
-            return [ClientUpdate(SERVER, private.values[0], 1.0, GLOBAL)], private.metrics
-        return [dataclasses.replace(u, values=v, weight=1.0) for u, v in zip(updates, private.values)], private.metrics
+            return [ClientUpdate(SERVER, private.values[0], 1.0, GLOBAL, extras[0])], private.metrics
+        return [dataclasses.replace(u, values=v, weight=1.0, extra={**u.extra, **e})
+                for u, v, e in zip(updates, private.values, extras)], private.metrics
+
+    def private_extra_like(self) -> list[Any]:
+        """The shapes (tensors like them) of :attr:`private_extra`'s entry, for the noise of a round without
+        clients."""
+        raise NotImplementedError(f"{self.name} sets private_extra and must define private_extra_like")
 
     def server_update(self, updates: Sequence[ClientUpdate], federation: Federation,
                       runner: StepRunner) -> dict[str, float]:

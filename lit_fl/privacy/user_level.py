@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
@@ -42,6 +42,9 @@ class PrivateRound:
     values: list[dict[str, Tensor]]
     clip_norm: float
     metrics: dict[str, float]
+    #: the clients' side deltas (SCAFFOLD's control change), clipped with their model deltas and each carrying
+    #: ``1 / m`` of their noise: their sum is ``sum_k side_k^clip + noise``; with nothing sent, the noise alone
+    side: list[dict[str, Tensor]] = field(default_factory=list)
 
 
 def model_delta(values: Mapping[str, Tensor], start: Mapping[str, Tensor]) -> dict[str, Tensor]:
@@ -72,18 +75,45 @@ def gaussian_noise(like: Mapping[str, Tensor], std: float, generator: torch.Gene
 
 
 def private_round(plan: PrivacyPlan, start: Mapping[str, Tensor], sent: Sequence[Mapping[str, Tensor]],
-                  clip_norm: float, generator: torch.Generator, round_: int) -> PrivateRound:
-    """One round of DP-FedAvg over the models ``sent`` (module docstring); ``start``: the broadcast model ``w_t``."""
-    deltas = [model_delta(values, start) for values in sent]
+                  clip_norm: float, generator: torch.Generator, round_: int,
+                  side: Sequence[Mapping[str, Tensor]] = (), side_like: Mapping[str, Tensor] | None = None
+                  ) -> PrivateRound:
+    """One round of DP-FedAvg over the models ``sent`` (module docstring); ``start``: the broadcast model ``w_t``.
+
+    ``side``: per client, deltas it sends beside its model (SCAFFOLD's control change ``Delta c_i``); each client's
+    model delta and side deltas are clipped together (one norm over both: the pair is one vector of sensitivity C)
+    and both sums are noised at the same standard deviation, so the accountant charges one Gaussian mechanism.
+    ``side_like``: their shapes (for the noise of a round with no client)."""
+    deltas = [model_delta(values, start) | _tagged(extra) for values, extra in zip(sent, side or [{}] * len(sent))]
     norms = [update_norm(d) for d in deltas]
     clipped = [clip_delta(d, n, clip_norm) for d, n in zip(deltas, norms)]
-    floats = {k: v for k, v in start.items() if v.is_floating_point()}
+    floats = {k: v for k, v in start.items() if v.is_floating_point()} | _tagged(side_like or {})
     std = plan.update_noise_multiplier * clip_norm * plan.noise_scale
     noise = gaussian_noise(floats, std, generator)
     out = _averaged_as(plan.expected_cohort, start, sent, clipped, noise)
+    side_out = _summed_as(len(sent), clipped, noise) if side_like is not None else []
     next_clip, metrics = _adapt(plan, norms, clip_norm, generator)
     metrics |= {"epsilon": plan.epsilon(round_), "clip_norm": clip_norm}
-    return PrivateRound(out, next_clip, metrics)
+    return PrivateRound(out, next_clip, metrics, side_out)
+
+
+#: the key prefix of a side delta among a client's model entries (no model entry name starts with it)
+SIDE = "side:"
+
+
+def _tagged(extra: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    return {SIDE + k: v for k, v in extra.items()}
+
+
+def _summed_as(m: int, clipped: Sequence[Mapping[str, Tensor]],
+               noise: Mapping[str, Tensor]) -> list[dict[str, Tensor]]:
+    """The side deltas: ``side_k^clip + noise / m`` (their sum: the clipped sum plus the noise); with no client,
+    the noise alone."""
+    side_noise = {k[len(SIDE):]: v for k, v in noise.items() if k.startswith(SIDE)}
+    if m == 0:
+        return [side_noise]
+    return [{k[len(SIDE):]: v + side_noise[k[len(SIDE):]] / m for k, v in delta.items() if k.startswith(SIDE)}
+            for delta in clipped]
 
 
 def _averaged_as(expected: float, start: Mapping[str, Tensor], sent: Sequence[Mapping[str, Tensor]],
@@ -93,7 +123,7 @@ def _averaged_as(expected: float, start: Mapping[str, Tensor], sent: Sequence[Ma
     if not sent:
         return [{k: v + noise[k] / expected if k in noise else v for k, v in start.items()}]
     m = len(sent)
-    return [{k: (start[k] + (delta[k] + noise[k] / m) * (m / expected)) if k in delta else v
+    return [{k: (start[k] + (delta[k] + noise[k] / m) * (m / expected)) if k in start and k in delta else v
              for k, v in values.items()} for values, delta in zip(sent, clipped)]
 
 

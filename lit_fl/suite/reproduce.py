@@ -39,6 +39,7 @@ SWEEPS = [
     ("UA-PDFL", "mnist5k_uapdfl_baselines", 0.8),
     ("Def-KT", "mnist5k_defkt", 0.8),
     ("Knowledge codistillation", "mnist5k_codistillation", 0.8),
+    ("Differential privacy: DP-FedAvg", "mnist5k_dp_fedavg", 0.8),
 ]
 
 

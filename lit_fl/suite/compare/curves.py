@@ -3,6 +3,7 @@ against cumulative communication (MB)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from dataclasses import dataclass
@@ -20,6 +21,9 @@ TITLES = {
 #: what a metric is for one method, said in the title only when every run is that method
 METHOD_NOTES = {("global_acc", "DFML"): "peak models", ("global_acc_meme", "DecentralizedFML"): "FML"}
 X_AXES = {"round": "communication round", "comm_mb": "cumulative communication (MB)"}
+#: the x axis of differentially private runs' accuracy panels: the privacy spent so far (``epsilon`` in metrics.csv)
+EPSILON_AXIS = "epsilon"
+AXIS_TITLES = {**X_AXES, EPSILON_AXIS: "privacy spent, epsilon(delta)"}
 #: one colour per configuration, the same in the dashboard (plotly) and the PNG figures (matplotlib)
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
 
@@ -37,9 +41,11 @@ class Curve:
     mb: list[float]
     mean: list[float]
     std: list[float]
+    #: epsilon spent by each round (NaN for a run without privacy)
+    epsilon: list[float] = dataclasses.field(default_factory=list)
 
     def x(self, axis: str) -> list[float]:
-        return self.rounds if axis == "round" else self.mb
+        return {"round": self.rounds, "comm_mb": self.mb, EPSILON_AXIS: self.epsilon}[axis]
 
 
 def panels(comparison: Comparison) -> list[str]:
@@ -70,7 +76,7 @@ def every_numeric_column(comparison: Comparison) -> list[str]:
                 if isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value):
                     columns.setdefault(key, None)
     main = [k for k in panels(comparison) if k in columns]
-    return main + sorted(k for k in columns if k not in main and k not in X_AXES)
+    return main + sorted(k for k in columns if k not in main and k not in X_AXES)  # epsilon: a panel of its own
 
 
 def _repeats(comparison: Comparison, metric: str, shown: list[str]) -> bool:
@@ -102,17 +108,26 @@ def methods(comparison: Comparison) -> set[str]:
 def curve(group: Group, metric: str) -> Curve:
     """The mean and std of the group's counted runs (:attr:`Group.counted`), rows aligned by round; a round only some
     seeds evaluated averages over those."""
-    by_round: dict[int, list[tuple[float, float]]] = {}
+    by_round: dict[int, list[tuple[float, float, float]]] = {}
     for run in group.counted:  # completed runs only: an unfinished one never drags the later rounds' mean
         for row in run.rows:
             value = row.get(metric, math.nan)
             if not math.isnan(value):
-                by_round.setdefault(int(row["round"]), []).append((value, row.get("comm_mb", math.nan)))
+                by_round.setdefault(int(row["round"]), []).append(
+                    (value, row.get("comm_mb", math.nan), row.get(EPSILON_AXIS, math.nan)))
     rounds = sorted(by_round)
-    values = [[v for v, _ in by_round[r]] for r in rounds]
+    values = [[v for v, _, _ in by_round[r]] for r in rounds]
     return Curve(
         rounds=[float(r) for r in rounds],
-        mb=[statistics.fmean(mb for _, mb in by_round[r]) for r in rounds],
+        mb=[statistics.fmean(mb for _, mb, _ in by_round[r]) for r in rounds],
         mean=[statistics.fmean(v) for v in values],
         std=[sample_std(v) if len(v) > 1 else 0.0 for v in values],
+        epsilon=[statistics.fmean(eps for _, _, eps in by_round[r]) for r in rounds],
     )
+
+
+def axes(comparison: Comparison, metric: str) -> list[str]:
+    """The x axes of ``metric``'s figures: round and MB; and epsilon for an accuracy panel (:func:`panels`) when a
+    run is differentially private: accuracy against the privacy spent."""
+    private = any(EPSILON_AXIS in row for run in comparison.runs for row in run.rows[:1])
+    return [*X_AXES, EPSILON_AXIS] if private and metric in panels(comparison) else list(X_AXES)

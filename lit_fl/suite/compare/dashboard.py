@@ -1,7 +1,8 @@
 """The self-contained HTML dashboard: plotly figures with plotly.js inlined, so the file opens offline.
 
 Per metric (the accuracy panels first, then every other numeric column of metrics.csv) two figures, against round
-and against cumulative MB: per configuration the mean over seeds as a
+and against cumulative MB (and for the accuracy panels of differentially private runs a third, against the epsilon
+spent): per configuration the mean over seeds as a
 line with a +- std band, and every seed as a thin line that the legend switches on (hover: run name, value).
 """
 
@@ -17,7 +18,7 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from lit_fl.io import atomic_write_text
-from lit_fl.suite.compare.curves import X_AXES, color, curve, every_numeric_column, methods, title
+from lit_fl.suite.compare.curves import AXIS_TITLES, axes, color, curve, every_numeric_column, methods, title
 from lit_fl.suite.compare.results import Comparison
 
 PLOT_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2}}
@@ -30,7 +31,7 @@ def figure(comparison: Comparison, metric: str, axis: str) -> dict[str, Any]:
     for i, group in enumerate(comparison.groups):
         colour = color(i)
         c = curve(group, metric)
-        if not c.rounds:
+        if not c.rounds or all(math.isnan(v) for v in c.x(axis)):  # against epsilon: a run without privacy
             continue
         x = c.x(axis)
         upper = [m + s for m, s in zip(c.mean, c.std)]
@@ -49,16 +50,16 @@ def figure(comparison: Comparison, metric: str, axis: str) -> dict[str, Any]:
             points = [row for row in run.rows if not math.isnan(row.get(metric, math.nan))]  # evaluated
             left_out = "" if run.complete else ", unfinished" + ("" if run in group.counted else ": not in the mean")
             traces.append(_scatter(
-                x=[row["round"] if axis == "round" else row.get("comm_mb") for row in points],
+                x=[row.get(axis, math.nan) for row in points],
                 y=[row[metric] for row in points], mode="lines", name=f"{run.name} (seed {run.seed}{left_out})",
                 line={"color": colour, "width": 1, "dash": "dot"}, legendgroup=group.label, visible="legendonly",
                 hovertemplate=f"{html.escape(run.name)}<br>{axis} %{{x:.4g}}<br>{metric} %{{y:.4f}}<extra></extra>",
             ))
-    xaxis: dict[str, Any] = {"title": {"text": X_AXES[axis]}}
+    xaxis: dict[str, Any] = {"title": {"text": AXIS_TITLES[axis]}}
     if axis == "round":  # rounds are whole numbers: ticks on integers only
         xaxis.update(tickformat="d", dtick=max(1, math.ceil(_last_round(comparison) / 10)))
     layout = {  # the toolbar stands at the right edge, clear of the title (top left) and the legend (below)
-        "title": {"text": f"{title(metric, methods(comparison))}<br><sup>vs {X_AXES[axis]}</sup>", "x": 0.01,
+        "title": {"text": f"{title(metric, methods(comparison))}<br><sup>vs {AXIS_TITLES[axis]}</sup>", "x": 0.01,
                   "xanchor": "left", "y": 0.98, "yanchor": "top", "font": {"size": 15}},
         "xaxis": xaxis, "yaxis": {"title": {"text": metric}},
         "template": _template(), "height": 520, "margin": {"l": 60, "r": 40, "t": 70, "b": 40},
@@ -82,7 +83,7 @@ def write_dashboard(comparison: Comparison, table_html: str, path: Path) -> list
     """Write the dashboard; returns the ids of its figures (one div each)."""
     divs, ids = [], []
     for metric in every_numeric_column(comparison):
-        for axis in X_AXES:
+        for axis in axes(comparison, metric):
             div_id = f"fig-{len(ids)}"
             ids.append(div_id)
             divs.append(pio.to_html(figure(comparison, metric, axis), validate=False, full_html=False,

@@ -6,6 +6,7 @@ on which it holds and the verdict."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import html
 import io
 import math
@@ -68,6 +69,8 @@ class TableRow:
     mb_to_target: Stat
     reached: int
     paper: float | None
+    #: epsilon(delta) spent by the last evaluated round (differentially private runs; none otherwise)
+    epsilon: Stat = dataclasses.field(default_factory=lambda: Stat([]))
 
 
 def first_reach(run: RunResult, metric: str, target: float) -> tuple[float, float]:
@@ -127,7 +130,14 @@ def _row(comparison: Comparison, group: Group, target: float) -> TableRow:
         mb_to_target=Stat([mb for _, mb in reach]),
         reached=sum(not math.isnan(r) for r, _ in reach),
         paper=paper_value_of(comparison, group),
+        epsilon=Stat([run.rows[-1].get("epsilon", math.nan) for run in runs]),
     )
+
+
+def is_private(comparison: Comparison) -> bool:
+    """True when a run of the comparison is differentially private (its metrics.csv has ``epsilon``): the tables
+    then show the epsilon spent beside the accuracy."""
+    return any("epsilon" in row for group in comparison.groups for run in group.runs for row in run.rows[-1:])
 
 
 def header(comparison: Comparison, target: float) -> list[str]:
@@ -135,10 +145,16 @@ def header(comparison: Comparison, target: float) -> list[str]:
     return [
         "configuration", "seeds", "rounds", f"final {metric}{unit}", f"best {metric}{unit}",
         f"rounds to {target:g}", f"MB to {target:g}", f"paper{unit}",
-    ]
+    ] + (["final epsilon"] if is_private(comparison) else [])
 
 
-def _cells(row: TableRow) -> list[str]:
+def _cells(row: TableRow, private: bool = False) -> list[str]:
+    """The row's cells; with ``private``, the epsilon spent last (``-`` for a run without privacy)."""
+    cells = _plain_cells(row)
+    return cells + [row.epsilon.plain(3, "g")] if private else cells
+
+
+def _plain_cells(row: TableRow) -> list[str]:
     reached = "" if row.reached == row.seeds else f" ({row.reached}/{row.seeds} seeds)"
     if not row.seeds:  # a paper number without a run
         return [row.label, "0", "-", "-", "-", "-", "-", _paper_cell(row)]
@@ -161,7 +177,8 @@ def _paper_cell(row: TableRow) -> str:
 def to_markdown(comparison: Comparison, target: float) -> str:
     head = header(comparison, target)
     lines = ["| " + " | ".join(head) + " |", "| " + " | ".join("---" for _ in head) + " |"]
-    lines += ["| " + " | ".join(_cells(row)) + " |" for row in table_rows(comparison, target)]
+    private = is_private(comparison)
+    lines += ["| " + " | ".join(_cells(row, private)) + " |" for row in table_rows(comparison, target)]
     if unmatched := len(unmatched_paper_rows(comparison)):
         lines += ["", f"{unmatched} paper row{'s' * (unmatched != 1)} of {comparison.metric} match no run: shown as "
                       "'paper only: no run'."]
@@ -176,14 +193,15 @@ def to_csv(comparison: Comparison, target: float) -> str:
         "configuration", "seeds", "rounds", f"final_{metric}_mean", f"final_{metric}_std", f"best_{metric}_mean",
         f"best_{metric}_std", "rounds_to_target_mean", "rounds_to_target_std", "mb_to_target_mean",
         "mb_to_target_std", "seeds_reaching_target", "target", "paper",
-    ])
+    ] + (["final_epsilon_mean", "final_epsilon_std"] if is_private(comparison) else []))
+    private = is_private(comparison)
     for row in table_rows(comparison, target):
         writer.writerow([
             row.label, row.seeds, row.rounds, _num(row.final.mean), _num(row.final.std), _num(row.best.mean),
             _num(row.best.std), _num(row.rounds_to_target.mean), _num(row.rounds_to_target.std),
             _num(row.mb_to_target.mean), _num(row.mb_to_target.std), row.reached, target,
             "" if row.paper is None else row.paper,
-        ])
+        ] + ([_num(row.epsilon.mean), _num(row.epsilon.std)] if private else []))
     return out.getvalue()
 
 
@@ -191,7 +209,8 @@ def to_latex(comparison: Comparison, target: float) -> str:
     head = header(comparison, target)
     lines = [r"\begin{tabular}{l" + "r" * (len(head) - 1) + "}", r"\toprule", " & ".join(map(_tex, head)) + r" \\"]
     lines.append(r"\midrule")
-    lines += [" & ".join(map(_tex, _cells(row))) + r" \\" for row in table_rows(comparison, target)]
+    private = is_private(comparison)
+    lines += [" & ".join(map(_tex, _cells(row, private))) + r" \\" for row in table_rows(comparison, target)]
     lines += [r"\bottomrule", r"\end{tabular}"]
     return "\n".join(lines) + "\n"
 
@@ -207,8 +226,9 @@ def _num(value: float) -> str:
 def to_html(comparison: Comparison, target: float) -> str:
 
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header(comparison, target))
+    private = is_private(comparison)
     body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in _cells(row)) + "</tr>"
+        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in _cells(row, private)) + "</tr>"
         for row in table_rows(comparison, target)
     )
     return f'<table id="results"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
