@@ -136,8 +136,8 @@ def test_a_side_delta_is_clipped_with_its_model_delta_by_one_norm_and_keeps_its_
             {"w": torch.tensor([0.6, 0.0], dtype=torch.float64)}]
     side = [{"c": torch.tensor([0.4], dtype=torch.float64)}, {"c": torch.tensor([0.8], dtype=torch.float64)}]
     out = user_level.private_round(p, start, sent, 0.5, torch.Generator(), 1, side, {"c": torch.zeros(1)})
-    torch.testing.assert_close(out.side[0]["c"] + out.side[1]["c"], torch.tensor([0.8], dtype=torch.float64), rtol=1e-14,
-                               atol=0)
+    torch.testing.assert_close(out.side[0]["c"] + out.side[1]["c"], torch.tensor([0.8], dtype=torch.float64),
+                               rtol=1e-14, atol=0)
     torch.testing.assert_close((out.values[0]["w"] + out.values[1]["w"]) / 2,
                                torch.tensor([0.06, 0.0], dtype=torch.float64), rtol=1e-14, atol=0)
 
