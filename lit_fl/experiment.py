@@ -31,7 +31,7 @@ from lit_fl.io import atomic_write_text, strict_json
 from lit_fl.lazy import eager_init_annotations
 from lit_fl.privacy.config import PrivacyConfig
 from lit_fl.run_dir import RunDir
-from lit_fl.run_identity import IDENTITY_KEYS, RunIdentity
+from lit_fl.run_identity import IDENTITY_KEYS, RunIdentity, identity_sections
 from lit_fl.tracking import MetricsCSV, RoundProgress, WandbTracker, read_metrics
 from lit_fl.validation import check_output_folder
 
@@ -418,15 +418,19 @@ def check_resume_config(run_path: Path, config: dict[str, Any]) -> str | None:
     saved_path = RunDir(run_path).config
     if not saved_path.is_file():
         return None
-    saved = RunDir(run_path).read_config()
-    differing = [key for top in RESUME_KEYS for key in _differences(saved.get(top), config.get(top), top)]
+    saved, given = identity_sections(RunDir(run_path).read_config()), identity_sections(config)
+    differing = [key for top in RESUME_KEYS for key in _differences(saved.get(top), given.get(top), top)]
     if differing:
         raise ConfigError(
             f"--resume: the config differs from {saved_path} in {', '.join(differing)}; "
             "resume with the run's own config (only rounds, checkpoint_every, trainer and logger may change)"
         )
-    if saved.get("rounds") != config.get("rounds"):
-        return f"lit-fl: --resume: rounds {saved.get('rounds')} -> {config.get('rounds')} (config.yaml records it)"
+    saved_rounds = RunDir(run_path).read_config().get("rounds")
+    if saved_rounds != config.get("rounds") and (given.get("privacy") or {}).get("target_epsilon") is not None:
+        raise ConfigError(f"--rounds: privacy.target_epsilon calibrated the noise of {run_path} to its {saved_rounds} "
+                          "rounds; a resume cannot change rounds (give privacy.noise_multiplier to extend a run)")
+    if saved_rounds != config.get("rounds"):
+        return f"lit-fl: --resume: rounds {saved_rounds} -> {config.get('rounds')} (config.yaml records it)"
     return None
 
 

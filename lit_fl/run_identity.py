@@ -1,7 +1,8 @@
 """What a run *is*, so that ``--resume`` never continues another run's checkpoint.
 
 A run's identity is its algorithm, its seed and a hash of every config section that decides what it computes
-(:data:`IDENTITY_KEYS`: the algorithm and its arguments, data, models, topology, faults, seed and eval_every;
+(:data:`IDENTITY_KEYS`: the algorithm and its arguments, data, models, topology, faults, seed, eval_every and
+differential privacy when it is on;
 ``rounds``, ``checkpoint_every``, ``trainer`` and ``logger`` may change on resume and are left out). Every checkpoint
 carries the identity of the run that wrote it; ``--resume`` refuses a checkpoint whose identity differs from the
 run directory's ``config.yaml``, and one whose round is past the rows of the folder's ``metrics.csv``.
@@ -16,7 +17,18 @@ from typing import Any
 
 #: Config keys that decide what a run computes: they must match between a run directory and the config it is
 #: resumed with, and between its checkpoint and its config.
-IDENTITY_KEYS = ("seed", "algorithm", "data", "models", "topology", "faults", "eval_every")
+IDENTITY_KEYS = ("seed", "algorithm", "data", "models", "topology", "faults", "eval_every", "privacy")
+
+
+def identity_sections(config: dict[str, Any]) -> dict[str, Any]:
+    """The :data:`IDENTITY_KEYS` sections of ``config``; ``privacy`` only when it is on (``level`` other than
+    ``none``), so a run without privacy has the identity it had before lit-fl had the section (its checkpoints and
+    run directories resume as they did)."""
+    sections = {key: config.get(key) for key in IDENTITY_KEYS}
+    privacy = sections.get("privacy")
+    if not isinstance(privacy, dict) or privacy.get("level", "none") == "none":
+        del sections["privacy"]
+    return sections
 
 
 @dataclass(frozen=True)
@@ -28,7 +40,7 @@ class RunIdentity:
     @classmethod
     def of(cls, config: dict[str, Any]) -> RunIdentity:
         """The identity of a resolved config (what ``config.yaml`` holds)."""
-        sections = {key: config.get(key) for key in IDENTITY_KEYS}
+        sections = identity_sections(config)
         canonical = json.dumps(sections, sort_keys=True, default=str, separators=(",", ":"))
         algorithm = config.get("algorithm") or {}
         class_path = algorithm.get("class_path", "") if isinstance(algorithm, dict) else str(algorithm)

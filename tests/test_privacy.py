@@ -296,3 +296,41 @@ def test_a_private_run_logs_epsilon_every_round_and_its_settings_in_the_summary(
     assert summary["privacy"]["delta"] == 0.1 and summary["privacy"]["level"] == "user"
     sigma = summary["privacy"]["noise_multiplier"]
     assert epsilon(SampledGaussian(sigma, 3, 6), 3, 0.1) == pytest.approx(30.0, rel=0.01)
+
+
+def private_config(tmp_path: Path, rounds: int, **privacy: object) -> Path:
+    config = tiny_config("ServerFedAvg", rounds=rounds, client_fraction=0.5, local_epochs=1)
+    config["algorithm"]["init_args"].pop("sender_fraction")
+    config["models"] = {"pool": ["cnn_4_8"]}
+    config["data"]["num_clients"] = 6
+    config["privacy"] = {"level": "user", "noise_multiplier": 0.5, "clip_norm": 0.1, "delta": 0.1,
+                         "target_quantile": 0.5, "clipped_count_stddev": 2.0, **privacy}
+    return write_config(tmp_path / f"cfg-{rounds}.yaml", config)
+
+
+def test_a_resumed_private_run_equals_an_uninterrupted_one_and_refuses_other_privacy(tmp_path: Path) -> None:
+    """Adaptive clipping's norm and the noise stream are state: 2 rounds then 1 more equal 3 rounds at once."""
+    from lit_fl.federation.checkpoint import read_unpacked
+
+    runs = tmp_path / "runs"
+    assert run_cli("fit", "--config", private_config(tmp_path, 3), "--run_dir", runs, "--name", "whole").rc == 0
+    assert run_cli("fit", "--config", private_config(tmp_path, 2), "--run_dir", runs, "--name", "split").rc == 0
+    other = run_cli("fit", "--resume", runs / "split", "--rounds", "3", "--privacy.noise_multiplier", "0.6")
+    assert other.rc == 2 and "differs from" in other.err and "privacy.noise_multiplier" in other.err
+    assert run_cli("fit", "--resume", runs / "split", "--rounds", "3").rc == 0
+    whole, split = (read_metrics(runs / name / "metrics.csv") for name in ("whole", "split"))
+    assert [r["clip_norm"] for r in whole] == [r["clip_norm"] for r in split]
+    assert len({r["clip_norm"] for r in whole}) == 3  # adaptive clipping moved it every round
+    assert [r["server_acc/global"] for r in whole] == [r["server_acc/global"] for r in split]
+    a, b = (read_unpacked(runs / name / "checkpoints" / "last.ckpt")["federation"]["server"]["global"]
+            for name in ("whole", "split"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_run_calibrated_to_a_target_epsilon_cannot_change_its_rounds_on_resume(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    cfg = private_config(tmp_path, 2, noise_multiplier=None, target_epsilon=20.0)
+    assert run_cli("fit", "--config", cfg, "--run_dir", runs, "--name", "r").rc == 0
+    result = run_cli("fit", "--resume", runs / "r", "--rounds", "3")
+    assert result.rc == 2
+    assert result.err.strip().endswith("a resume cannot change rounds (give privacy.noise_multiplier to extend a run)")
