@@ -11,6 +11,7 @@ import math
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from conftest import run_cli, tiny_config, write_config
@@ -243,6 +244,32 @@ def test_fused_and_unfused_dp_rounds_clip_every_update_and_give_the_same_weights
     a, b = (torch.cat([v.flatten() for v in f.server["global"].state_dict().values() if v.is_floating_point()])
             for f in (fused, unfused))
     assert (a - b).norm() <= RTOL * b.norm()
+
+
+@pytest.mark.parametrize("method", [ServerFedAvg, SCAFFOLD])
+def test_a_round_without_clients_moves_the_server_model_by_the_noise_alone(method: type, float64: None) -> None:
+    """Poisson sampling at q = 0.05 of 6 clients: a round draws nobody most of the time; the server model still
+    moves by ``noise / E`` (the accountant charged the round) and nobody trained."""
+    fed = tiny_federation(num_clients=6, pool=("cnn_4_8",))
+    algo = method(client_fraction=0.05, local_epochs=1, batch_size=16)
+    config = PrivacyConfig(level="user", noise_multiplier=1.0, clip_norm=0.5)
+    fed.privacy, fed.privacy_clip_norm = plan_privacy(config, fed.num_clients, 0.05, 3), 0.5
+    algo.setup(fed)
+    fed.rng.selection = np.random.default_rng(7)  # a draw of nobody at the first round
+    assert not algo.select(fed)
+    fed.rng.selection = np.random.default_rng(7)
+    before = {k: v.clone() for k, v in fed.server["global"].state_dict().items()}
+    clients = [{k: v.clone() for k, v in c.model.state_dict().items()} for c in fed.clients]
+    runner, ledger = StepRunner("cpu", fuse="off"), CommunicationLedger.of(fed)
+    ledger.start_round()
+    result = algo.run_round(1, fed, runner, ledger)
+    moved = torch.cat([(fed.server["global"].state_dict()[k] - v).flatten() for k, v in before.items()
+                       if v.is_floating_point()])
+    expected = 1.0 * 0.5 / (0.05 * 6)  # sigma C / E per entry
+    assert result.senders == () and result.extra["epsilon"] == fed.privacy.epsilon(1)
+    assert float(moved.std()) == pytest.approx(expected, rel=0.2)  # a few thousand entries: far inside 20 %
+    assert all(torch.equal(c.model.state_dict()[k], v) for c, saved in zip(fed.clients, clients)
+               for k, v in saved.items())
 
 
 def test_the_privacy_stream_and_clip_norm_are_checkpointed(float64: None, monkeypatch: pytest.MonkeyPatch) -> None:

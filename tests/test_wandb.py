@@ -112,3 +112,28 @@ def test_wandb_starts_beside_the_first_round_and_the_checkpoint_keeps_its_id(
     run = tmp_path / "runs" / "wb"
     (file,) = run.glob("wandb/offline-run-*/run-*.wandb")
     assert read_checkpoint(run / "checkpoints" / "last.ckpt")["extra"]["wandb_id"] == file.stem.removeprefix("run-")
+
+
+def test_a_private_run_logs_epsilon_to_wandb_every_round_and_its_settings_in_the_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    for var in ("WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR"):
+        monkeypatch.setenv(var, str(tmp_path / "wandb-home"))
+    config = tiny_config("ServerFedAvg", rounds=2, wandb=True, client_fraction=0.5, local_epochs=1)
+    config["algorithm"]["init_args"].pop("sender_fraction")
+    config["models"] = {"pool": ["cnn_4_8"]}
+    config["privacy"] = {"level": "user", "noise_multiplier": 1.0, "delta": 0.1}
+    result = run_cli("fit", "--config", write_config(tmp_path / "cfg.yaml", config), "--run_dir", tmp_path / "runs",
+                     "--name", "dp")
+    assert result.rc == 0, result.err
+    (file,) = (tmp_path / "runs" / "dp").glob("wandb/offline-run-*/run-*.wandb")
+    wait_for_exit_record(file)
+    record = read_run(file)
+    rows = read_metrics(tmp_path / "runs" / "dp" / "metrics.csv")
+    # metrics.csv writes 6 significant digits (relative rounding at most 5e-6); W&B keeps the float
+    assert [step["epsilon"] for step in record["history"]] == pytest.approx([row["epsilon"] for row in rows], rel=5e-6)
+    assert record["config"]["privacy"]["noise_multiplier"] == 1.0 and record["config"]["privacy"]["level"] == "user"
+    assert record["summary"]["privacy/epsilon"] == pytest.approx(rows[-1]["epsilon"], rel=1e-5)

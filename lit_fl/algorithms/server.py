@@ -185,7 +185,7 @@ class ServerAlgorithm(Algorithm):
         federation.privacy_clip_norm = private.clip_norm
         extras = [{key: [s[str(i)] for i in range(len(s))]} if key else {} for s in private.side] or [{}] * len(updates)
         if not updates:  # an empty cohort: the noise alone moves the model
-            return [ClientUpdate(SERVER, private.values[0], 1.0, GLOBAL, extras[0])], private.metrics
+            return [ClientUpdate(SERVER, private.values[0], 1.0, GLOBAL, extras[0] if key else {})], private.metrics
         return [dataclasses.replace(u, values=v, weight=1.0, extra={**u.extra, **e})
                 for u, v, e in zip(updates, private.values, extras)], private.metrics
 
