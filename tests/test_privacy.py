@@ -94,8 +94,8 @@ def test_noise_cohort_size_scales_the_noise_and_samples_that_many_for_the_accoun
     assert p.noise_scale == pytest.approx(10 / 1000) and p.mechanism.rate == pytest.approx(1e-3)
     assert p.epsilon(10) == pytest.approx(epsilon(SampledGaussian(1.0, 1000, 10**6), 10, 1e-7))
     n = 10_000
-    out = user_level.private_round(p, {"w": torch.zeros(n, dtype=torch.float64)},
-                                   [{"w": torch.zeros(n, dtype=torch.float64)}], 0.5, torch.Generator().manual_seed(2), 1)
+    zeros = torch.zeros(n, dtype=torch.float64)
+    out = user_level.private_round(p, {"w": zeros}, [{"w": zeros}], 0.5, torch.Generator().manual_seed(2), 1)
     expected = 1.0 * 0.5 * (10 / 1000) / 10  # sigma C s / E
     assert float(out.values[0]["w"].std()) == pytest.approx(expected, abs=3 * expected / math.sqrt(2 * n))
 
