@@ -285,6 +285,22 @@ def test_a_private_comparison_shows_epsilon_beside_accuracy_and_draws_accuracy_a
     ids = write_dashboard(comparison, "", tmp_path / "d.html")
     assert "vs privacy spent, epsilon(delta)" in (tmp_path / "d.html").read_text()
     assert len(ids) == 3 + 2  # global_acc against round, MB and epsilon; epsilon against round and MB
+    assert figure(comparison, "global_acc", "epsilon")["layout"]["xaxis"]["type"] == "log"
+
+
+def test_a_private_comparisons_png_has_an_epsilon_panel(tmp_path: Path) -> None:
+    from PIL import Image
+
+    from lit_fl.suite.compare.figures import write_figures
+
+    dp = Group("dp", {}, [private_run(0, [0.5, 0.7], [1.0, 1.5])])
+    plain = Group("dp", {}, [private_run(0, [0.5, 0.7], None)])
+    widths = []
+    for group, folder in ((dp, "private"), (plain, "plain")):
+        comparison = Comparison("t", [group], paper=None, metric="global_acc", source=Path("."))
+        (path,) = write_figures(comparison, tmp_path / folder)
+        widths.append(Image.open(path).size[0])
+    assert widths[0] > 1.3 * widths[1]  # three panels (round, MB, epsilon) against two
 
 
 def test_a_comparison_without_privacy_has_no_epsilon_column() -> None:

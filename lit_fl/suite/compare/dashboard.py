@@ -18,7 +18,16 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from lit_fl.io import atomic_write_text
-from lit_fl.suite.compare.curves import AXIS_TITLES, axes, color, curve, every_numeric_column, methods, title
+from lit_fl.suite.compare.curves import (
+    AXIS_TITLES,
+    EPSILON_AXIS,
+    axes,
+    color,
+    curve,
+    every_numeric_column,
+    methods,
+    title,
+)
 from lit_fl.suite.compare.results import Comparison
 
 PLOT_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2}}
@@ -58,6 +67,8 @@ def figure(comparison: Comparison, metric: str, axis: str) -> dict[str, Any]:
     xaxis: dict[str, Any] = {"title": {"text": AXIS_TITLES[axis]}}
     if axis == "round":  # rounds are whole numbers: ticks on integers only
         xaxis.update(tickformat="d", dtick=max(1, math.ceil(_last_round(comparison) / 10)))
+    if axis == EPSILON_AXIS:  # noise levels spend epsilons orders of magnitude apart
+        xaxis.update(type="log")
     layout = {  # the toolbar stands at the right edge, clear of the title (top left) and the legend (below)
         "title": {"text": f"{title(metric, methods(comparison))}<br><sup>vs {AXIS_TITLES[axis]}</sup>", "x": 0.01,
                   "xanchor": "left", "y": 0.98, "yanchor": "top", "font": {"size": 15}},

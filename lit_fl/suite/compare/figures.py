@@ -1,11 +1,13 @@
-"""The dashboard's figures as PNG (matplotlib), for papers: per metric, against round and against MB."""
+"""The dashboard's figures as PNG (matplotlib), for papers: per metric, against round and against MB (and against
+the epsilon spent, for differentially private runs)."""
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
-from lit_fl.suite.compare.curves import X_AXES, color, curve, methods, panels, title
+from lit_fl.suite.compare.curves import AXIS_TITLES, EPSILON_AXIS, axes, color, curve, methods, panels, title
 from lit_fl.suite.compare.results import Comparison
 
 
@@ -19,23 +21,26 @@ def write_figures(comparison: Comparison, folder: Path) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     for metric in panels(comparison):
-        fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
-        for ax, axis in zip(axes, X_AXES):
+        x_axes = axes(comparison, metric)
+        fig, subplots = plt.subplots(1, len(x_axes), figsize=(5.5 * len(x_axes), 4), sharey=True)
+        for ax, axis in zip(subplots, x_axes):
             for i, group in enumerate(comparison.groups):
                 c = curve(group, metric)
-                if not c.rounds:
+                if not c.rounds or all(math.isnan(v) for v in c.x(axis)):  # against epsilon: a run without privacy
                     continue
                 x = c.x(axis)
                 low = [m - s for m, s in zip(c.mean, c.std)]
                 high = [m + s for m, s in zip(c.mean, c.std)]
                 (line,) = ax.plot(x, c.mean, label=f"{group.label} (n={len(group.counted)})", color=color(i))
                 ax.fill_between(x, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
-            ax.set_xlabel(X_AXES[axis])
+            ax.set_xlabel(AXIS_TITLES[axis])
             if axis == "round":  # rounds are whole numbers
                 ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            if axis == EPSILON_AXIS:  # noise levels spend epsilons orders of magnitude apart
+                ax.set_xscale("log", nonpositive="mask")
             ax.grid(alpha=0.3)
-        axes[0].set_ylabel(metric)
-        handles, labels = axes[0].get_legend_handles_labels()
+        subplots[0].set_ylabel(metric)
+        handles, labels = subplots[0].get_legend_handles_labels()
         fig.suptitle(title(metric, methods(comparison)))
         fig.tight_layout()
         if handles:  # below both panels; the saved image grows to hold it whatever the labels' length
