@@ -28,7 +28,7 @@ from lit_fl.privacy.plan import PrivacyPlan, plan_privacy
 from lit_fl.steps.runner import StepRunner
 from lit_fl.tracking import read_metrics
 
-CLIP = user_level.clip_delta
+CLIP = user_level.clip_deltas
 #: float64 models: fused and unfused rounds differ by summation order only (as in tests/test_client_work.py)
 RTOL = 1e-10
 
@@ -115,18 +115,25 @@ def plan(rounds: int = 10, **overrides: object) -> PrivacyPlan:
 
 
 def test_clipping_scales_long_updates_to_c_and_leaves_short_ones() -> None:
+    """Three clients stacked, at scales 0.01, 0.1 and 10: each one's norm is over all its tensors, the long one is
+    scaled to C, the short ones are left as they are."""
     gen = torch.Generator().manual_seed(0)
-    for scale in (0.01, 0.1, 10.0):
-        delta = {"w": torch.randn(7, 3, generator=gen, dtype=torch.float64) * scale,
-                 "b": torch.randn(3, generator=gen, dtype=torch.float64) * scale}
-        norm = user_level.update_norm(delta)
-        clipped = user_level.clip_delta(delta, norm, 0.5)
-        clipped_norm = float(user_level.update_norm(clipped))
-        if float(norm) <= 0.5:
-            assert all(torch.equal(clipped[k], delta[k]) for k in delta)
+    scale = torch.tensor([0.01, 0.1, 10.0], dtype=torch.float64)
+    deltas = {"w": torch.randn(3, 7, 3, generator=gen, dtype=torch.float64) * scale.reshape(3, 1, 1),
+              "b": torch.randn(3, 3, generator=gen, dtype=torch.float64) * scale.reshape(3, 1)}
+    norms = user_level.update_norms(deltas)
+    expected = (deltas["w"].flatten(1).pow(2).sum(1) + deltas["b"].pow(2).sum(1)).sqrt()
+    torch.testing.assert_close(norms, expected, rtol=1e-14, atol=0)
+    clipped = user_level.clip_deltas(deltas, norms, 0.5)
+    clipped_norms = user_level.update_norms(clipped)
+    for n in range(3):
+        if float(norms[n]) <= 0.5:
+            assert all(torch.equal(clipped[k][n], deltas[k][n]) for k in deltas)
         else:
-            assert clipped_norm == pytest.approx(0.5, rel=1e-12)
-            assert torch.allclose(clipped["w"] / delta["w"], torch.full_like(delta["w"], 0.5 / float(norm)))
+            assert float(clipped_norms[n]) == pytest.approx(0.5, rel=1e-12)
+            ratio = clipped["w"][n] / deltas["w"][n]
+            torch.testing.assert_close(ratio, torch.full_like(ratio, 0.5 / float(norms[n])), rtol=1e-12, atol=0)
+    assert float(norms[2]) > 0.5 > float(norms[1])  # the case covers both sides of C
 
 
 def test_the_noise_on_the_average_has_standard_deviation_sigma_c_over_the_expected_cohort() -> None:
@@ -181,7 +188,7 @@ def test_adaptive_clipping_follows_andrew_et_al_by_hand() -> None:
     p = plan(target_quantile=0.5, clip_learning_rate=0.2, clipped_count_stddev=0.5, noise_multiplier=0.5)
     # Theorem 1: sigma_Delta = (z^-2 - (2 sigma_b)^-2)^(-1/2) = (4 - 1)^(-1/2)
     assert p.update_noise_multiplier == pytest.approx(3 ** -0.5, rel=1e-12)
-    norms = [torch.tensor(x, dtype=torch.float64) for x in (0.2, 0.4, 0.9)]  # two of three at most C = 0.5
+    norms = torch.tensor([0.2, 0.4, 0.9], dtype=torch.float64)  # two of three at most C = 0.5
     gen = torch.Generator().manual_seed(3)
     draw = float(torch.randn((), generator=torch.Generator().manual_seed(3), dtype=torch.float64))
     clip, metrics = user_level._adapt(p, norms, 0.5, gen)
@@ -214,12 +221,12 @@ def private_run(fuse: str, monkeypatch: pytest.MonkeyPatch, method: type = Serve
     model) on six uneven clients; the norms of every clipped update."""
     clipped_norms: list[float] = []
 
-    def spy(delta: dict[str, torch.Tensor], norm: torch.Tensor, clip_norm: float) -> dict[str, torch.Tensor]:
-        out = CLIP(delta, norm, clip_norm)
-        clipped_norms.append(float(user_level.update_norm(out)))
+    def spy(deltas: dict[str, torch.Tensor], norms: torch.Tensor, clip_norm: float) -> dict[str, torch.Tensor]:
+        out = CLIP(deltas, norms, clip_norm)
+        clipped_norms.extend(user_level.update_norms(out).tolist())
         return out
 
-    monkeypatch.setattr(user_level, "clip_delta", spy)
+    monkeypatch.setattr(user_level, "clip_deltas", spy)
     fed = tiny_federation(num_clients=6, pool=("cnn_4_8",))
     algo = method(client_fraction=0.5, local_epochs=1, batch_size=16)
     config = PrivacyConfig(**{"level": "user", "noise_multiplier": 0.3, "clip_norm": 0.05, **privacy})
