@@ -22,7 +22,10 @@ from kernels import ROOT, count  # noqa: E402
 
 BASE = ["--config", str(ROOT / "experiments/mnist5k/dp_fedavg.yaml"), "--data.num_clients", "50",
         "--eval_every", "1"]
-SIDES = {"no DP": ["--privacy.level", "none"], "user-level DP": ["--privacy.level", "user"]}
+#: the DP side samples its cohort as the other does (fixed size, the same draws), so the two rounds train the same
+#: clients and differ only in the mechanism
+SIDES = {"no DP": ["--privacy.level", "none"],
+         "user-level DP": ["--privacy.level", "user", "--privacy.client_sampling", "fixed"]}
 
 
 def round_seconds(argv: list[str], fuse: str, rounds: int) -> list[float]:
