@@ -89,9 +89,16 @@ def epsilon(mechanism: SampledGaussian, steps: int, delta: float, accountant: Ac
     if accountant == "rdp":
         one = _one_round_rdp(mechanism)
         return float(rdp.rdp_privacy_accountant.compute_epsilon(one.orders, one.rdp * steps, delta)[0])
-    acc = make_accountant(accountant, mechanism.sampling)
-    acc.compose(mechanism.event(steps))
-    return float(acc.get_epsilon(delta))
+    return float(_one_round_pld(mechanism).self_compose(steps).get_epsilon_for_delta(delta))
+
+
+@functools.lru_cache(maxsize=64)
+def _one_round_pld(mechanism: SampledGaussian) -> pld.privacy_loss_distribution.PrivacyLossDistribution:
+    """One round's privacy loss distribution, as dp-accounting's PLD accountant builds it for a Poisson-sampled
+    Gaussian (``steps`` rounds: its ``self_compose``, what the accountant does for a self-composed event)."""
+    return pld.privacy_loss_distribution.from_gaussian_mechanism(
+        standard_deviation=mechanism.noise_multiplier, value_discretization_interval=PLD_DISCRETIZATION,
+        sampling_prob=mechanism.rate, neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
 
 
 @functools.lru_cache(maxsize=64)
