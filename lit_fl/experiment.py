@@ -148,8 +148,10 @@ class Experiment:
             same_init=self.algorithm.paper_same_init if self.models.same_init is None else self.models.same_init,
         )
         if self.privacy.enabled:
+            from lit_fl.privacy.state import PrivacyState
+
             federation.privacy = privacy_plan(self.algorithm, self.privacy, federation.num_clients, self.rounds)
-            federation.privacy_clip_norm = self.privacy.clip_norm
+            federation.privacy_state = PrivacyState.start(self.privacy.clip_norm, self.seed)
         self.algorithm.setup(federation)
         runner.place(federation.client_costs())
         return federation, runner

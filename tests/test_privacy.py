@@ -25,6 +25,7 @@ from lit_fl.privacy import user_level
 from lit_fl.privacy.accounting import RDP_ORDERS, SampledGaussian, calibrate_noise, epsilon
 from lit_fl.privacy.config import PrivacyConfig
 from lit_fl.privacy.plan import PrivacyPlan, plan_privacy
+from lit_fl.privacy.state import PrivacyState
 from lit_fl.steps.runner import StepRunner
 from lit_fl.tracking import read_metrics
 
@@ -246,7 +247,8 @@ def private_run(fuse: str, monkeypatch: pytest.MonkeyPatch, method: type = Serve
     fed = tiny_federation(num_clients=6, pool=("cnn_4_8",))
     algo = method(client_fraction=0.5, local_epochs=1, batch_size=16)
     config = PrivacyConfig(**{"level": "user", "noise_multiplier": 0.3, "clip_norm": 0.05, **privacy})
-    fed.privacy, fed.privacy_clip_norm = plan_privacy(config, fed.num_clients, 0.5, 3), config.clip_norm
+    fed.privacy = plan_privacy(config, fed.num_clients, 0.5, 3)
+    fed.privacy_state = PrivacyState.start(config.clip_norm, 0)
     algo.setup(fed)
     runner, ledger = StepRunner("cpu", fuse=fuse), CommunicationLedger.of(fed)
     for round_ in range(1, 4):
@@ -276,7 +278,7 @@ def test_a_round_without_clients_moves_the_server_model_by_the_noise_alone(metho
     fed = tiny_federation(num_clients=6, pool=("cnn_4_8",))
     algo = method(client_fraction=0.05, local_epochs=1, batch_size=16)
     config = PrivacyConfig(level="user", noise_multiplier=1.0, clip_norm=0.5)
-    fed.privacy, fed.privacy_clip_norm = plan_privacy(config, fed.num_clients, 0.05, 3), 0.5
+    fed.privacy, fed.privacy_state = plan_privacy(config, fed.num_clients, 0.05, 3), PrivacyState.start(0.5, 0)
     algo.setup(fed)
     fed.rng.selection = np.random.default_rng(7)  # a draw of nobody at the first round
     assert not algo.select(fed)
@@ -297,13 +299,16 @@ def test_a_round_without_clients_moves_the_server_model_by_the_noise_alone(metho
 
 def test_the_privacy_stream_and_clip_norm_are_checkpointed(float64: None, monkeypatch: pytest.MonkeyPatch) -> None:
     fed, _ = private_run("off", monkeypatch, target_quantile=0.5, clipped_count_stddev=10.0)
-    assert fed.privacy_clip_norm != 0.05  # adaptive clipping moved it
+    assert fed.privacy_state is not None and fed.privacy_state.clip_norm != 0.05  # adaptive clipping moved it
     state = fed.state_dict()
     fresh = tiny_federation(num_clients=6, pool=("cnn_4_8",))
     ServerFedAvg(client_fraction=0.5).setup(fresh)
+    fresh.privacy_state = PrivacyState.start(0.05, 0)
     fresh.load_state_dict(state)
-    assert fresh.privacy_clip_norm == fed.privacy_clip_norm
-    assert torch.equal(torch.randn(5, generator=fresh.rng.privacy), torch.randn(5, generator=fed.rng.privacy))
+    assert fresh.privacy_state.clip_norm == fed.privacy_state.clip_norm
+    draws = [torch.randn(5, generator=f.privacy_state.noise) for f in (fresh, fed)]
+    assert torch.equal(*draws)
+    assert "privacy" not in tiny_federation(num_clients=6, pool=("cnn_4_8",)).state_dict()  # a run without DP
 
 
 def test_poisson_sampling_draws_each_client_with_probability_q() -> None:

@@ -172,17 +172,18 @@ class ServerAlgorithm(Algorithm):
                  round_: int) -> tuple[list[ClientUpdate], dict[str, float]]:
         """User-level DP (``privacy.level user``, :mod:`lit_fl.privacy.user_level`): the updates clipped and noised
         against the broadcast model, and the round's privacy metrics; unchanged without it."""
-        if federation.privacy is None:
+        state = federation.privacy_state
+        if federation.privacy is None or state is None:
             return updates, {}
         from lit_fl.privacy.user_level import private_round
 
         start = {k: v.detach() for k, v in federation.server[GLOBAL].state_dict().items()}
         key = self.private_extra
         side = [{str(i): t for i, t in enumerate(u.extra[key])} for u in updates] if key else []
-        private = private_round(federation.privacy, start, [u.values for u in updates], federation.privacy_clip_norm,
-                                federation.rng.privacy, round_, side,
-                                {str(i): t for i, t in enumerate(self.private_extra_like())} if key else None)
-        federation.privacy_clip_norm = private.clip_norm
+        side_like = {str(i): t for i, t in enumerate(self.private_extra_like())} if key else None
+        private = private_round(federation.privacy, start, [u.values for u in updates], state.clip_norm, state.noise,
+                                round_, side, side_like)
+        state.clip_norm = private.clip_norm  # the next round's (adaptive clipping)
         extras = [{key: [s[str(i)] for i in range(len(s))]} if key else {} for s in private.side] or [{}] * len(updates)
         if not updates:  # an empty cohort: the noise alone moves the model
             return [ClientUpdate(SERVER, private.values[0], 1.0, GLOBAL, extras[0] if key else {})], private.metrics

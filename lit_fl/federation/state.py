@@ -6,7 +6,6 @@ Client state lives here, not in Lightning objects (DESIGN). A checkpoint is :met
 from __future__ import annotations
 
 import copy
-import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -22,6 +21,7 @@ from lit_fl.steps.aggregation import load_weights
 
 if TYPE_CHECKING:
     from lit_fl.privacy.plan import PrivacyPlan
+    from lit_fl.privacy.state import PrivacyState
 
 
 class WeightsToken:
@@ -153,7 +153,8 @@ class RandomStreams:
 
     ``selection`` draws aggregators and senders, ``data_order`` shuffles batches and augments, ``faults``
     draws client failures, ``algorithm`` serves a method's own draws (e.g. Federated Dropout's indices,
-    Def-KT's receivers), ``privacy`` draws differential privacy's noise. Partition
+    Def-KT's receivers). Differential privacy's noise has its own stream in
+    :class:`~lit_fl.privacy.state.PrivacyState`, in a private run only. Partition
     and initialisation streams are used once at build time and are rebuilt from the seed.
     """
 
@@ -162,7 +163,6 @@ class RandomStreams:
         self.data_order = torch.Generator().manual_seed(seed * 1_000_003 + 2)
         self.faults = np.random.default_rng([seed, 4])
         self.algorithm = np.random.default_rng([seed, 5])
-        self.privacy = torch.Generator().manual_seed(seed * 1_000_003 + 6)
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -170,7 +170,6 @@ class RandomStreams:
             "data_order": self.data_order.get_state(),
             "faults": self.faults.bit_generator.state,
             "algorithm": self.algorithm.bit_generator.state,
-            "privacy": self.privacy.get_state(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -178,8 +177,6 @@ class RandomStreams:
         self.data_order.set_state(state["data_order"])
         self.faults.bit_generator.state = state["faults"]
         self.algorithm.bit_generator.state = state["algorithm"]
-        if "privacy" in state:  # checkpoints before differential privacy have none (and drew no noise)
-            self.privacy.set_state(state["privacy"])
 
 
 class Federation:
@@ -213,10 +210,10 @@ class Federation:
         #: ``server_idx`` unless ``data.proxy.size``): codistillation's distillation set. None when the proxy is
         #: another dataset's.
         self.proxy_idx: Tensor | None = torch.empty(0, dtype=torch.long)
-        #: User-level differential privacy (``privacy.level user``): the plan, None without it; and the clip norm of
-        #: the next round (adaptive clipping moves it; state, so it is checkpointed).
+        #: User-level differential privacy (``privacy.level user``): the plan and what the rounds carry (the next
+        #: clip norm, the noise stream; checkpointed); None without it.
         self.privacy: PrivacyPlan | None = None
-        self.privacy_clip_norm: float = math.nan
+        self.privacy_state: PrivacyState | None = None
 
     @property
     def num_clients(self) -> int:
@@ -236,20 +233,23 @@ class Federation:
         return list(dict.fromkeys(c.arch for c in self.clients))
 
     def state_dict(self) -> dict[str, Any]:
-        return {
+        state = {
             "round": self.round,
             "rng": self.rng.state_dict(),
             "server": {name: m.state_dict() for name, m in self.server.items()},
             "clients": [c.state_dict() for c in self.clients],
-            "privacy_clip_norm": self.privacy_clip_norm,
         }
+        if self.privacy_state is not None:
+            state["privacy"] = self.privacy_state.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if len(state["clients"]) != len(self.clients):
             raise ValueError(f"checkpoint has {len(state['clients'])} clients, the config {len(self.clients)}")
         self.round = int(state["round"])
         self.rng.load_state_dict(state["rng"])
-        self.privacy_clip_norm = float(state.get("privacy_clip_norm", self.privacy_clip_norm))
+        if self.privacy_state is not None and "privacy" in state:
+            self.privacy_state.load_state_dict(state["privacy"])
         for name, server_state in state["server"].items():
             self.server[name].load_state_dict(server_state)
         for client, saved in zip(self.clients, state["clients"]):
