@@ -65,7 +65,9 @@ SHORTER["feddf"] += ["--algorithm.distill_steps", "10"]
 
 #: the mnist5k configs of server methods: every client reaches the server, no topology (summary.json says so)
 SERVER_BASED = {"codistillation", "merged_codist", "dsfl", "fdmeta", "feddf", "fedkemf", "fedmd", "fedntd", "fedorion",
-                "ktpfl", "scaffold", "serverfedavg", "serverfedprox"}
+                "ktpfl", "scaffold", "serverfedavg", "serverfedprox", "dp_fedavg"}
+#: the mnist5k configs of local training alone: no transfer at all (no topology, and faults refused)
+LOCAL_ONLY = {"local", "dp_local"}
 
 
 def reported_column(path: Path) -> str:
@@ -103,7 +105,7 @@ def test_method_runs_on_mnist5k(path: Path, tmp_path: Path) -> None:
     assert summary["status"] == "completed" and 0.0 <= summary["final"]["global_acc"] <= 1.0
     assert summary["reports"] == reported_column(path)
     assert summary["final"]["reported_acc"] == summary["final"][summary["reports"]]
-    expected = "none" if path.stem == "local" else "server" if path.stem in SERVER_BASED else "mesh"
+    expected = "none" if path.stem in LOCAL_ONLY else "server" if path.stem in SERVER_BASED else "mesh"
     assert summary["topology"] == expected
     assert_defined_in_docs(tmp_path / path.stem)
 
@@ -113,7 +115,7 @@ def test_method_runs_on_mnist5k(path: Path, tmp_path: Path) -> None:
         "--run_dir", tmp_path, "--name", f"{path.stem}-faults", "--faults.drop_prob", "0.5",
         "--faults.return_drop_prob", "0.5", *shorter,
     )
-    if path.stem in ("local", "fedorion"):
+    if path.stem in (*LOCAL_ONLY, "fedorion"):
         assert faulty.rc == 2 and faulty.err.count("\n") == 1 and "faults" in faulty.err, faulty.err
         return
     assert faulty.rc == 0, faulty.err
