@@ -178,17 +178,17 @@ class ServerAlgorithm(Algorithm):
         from lit_fl.privacy.user_level import private_round
 
         start = {k: v.detach() for k, v in federation.server[GLOBAL].state_dict().items()}
-        key = self.private_extra
-        side = [{str(i): t for i, t in enumerate(u.extra[key])} for u in updates] if key else []
-        side_like = {str(i): t for i, t in enumerate(self.private_extra_like())} if key else None
+        key = self.private_extra  # SCAFFOLD's control change: clipped with the model, its sum noised
+        side = [_indexed(u.extra[key]) for u in updates] if key else []
+        side_like = _indexed(self.private_extra_like()) if key else None
         private = private_round(federation.privacy, start, [u.values for u in updates], state.clip_norm, state.noise,
                                 round_, side, side_like)
         state.clip_norm = private.clip_norm  # the next round's (adaptive clipping)
-        extras = [{key: [s[str(i)] for i in range(len(s))]} if key else {} for s in private.side] or [{}] * len(updates)
+        sides = [{key: _listed(s)} for s in private.side] if key else [{}] * max(len(updates), 1)
         if not updates:  # an empty cohort: the noise alone moves the model
-            return [ClientUpdate(SERVER, private.values[0], 1.0, GLOBAL, extras[0] if key else {})], private.metrics
+            return [ClientUpdate(SERVER, private.values[0], 1.0, GLOBAL, sides[0])], private.metrics
         return [dataclasses.replace(u, values=v, weight=1.0, extra={**u.extra, **e})
-                for u, v, e in zip(updates, private.values, extras)], private.metrics
+                for u, v, e in zip(updates, private.values, sides)], private.metrics
 
     def private_extra_like(self) -> list[Any]:
         """The shapes (tensors like them) of :attr:`private_extra`'s entry, for the noise of a round without
@@ -207,6 +207,16 @@ class ServerAlgorithm(Algorithm):
         ``result`` with what that adds (``result.with_extra(...)``). Default: none. Federated distillation's targets
         and the clients' digest of them (FedMD, DS-FL, KT-pFL, FDmeta)."""
         return result
+
+
+def _indexed(tensors: Sequence[Any]) -> dict[str, Any]:
+    """A list of tensors as named entries (``"0"``, ``"1"``, ...), the form the DP mechanism clips and noises."""
+    return {str(i): t for i, t in enumerate(tensors)}
+
+
+def _listed(entries: dict[str, Any]) -> list[Any]:
+    """:func:`_indexed`'s entries as the list again."""
+    return [entries[str(i)] for i in range(len(entries))]
 
 
 def model_state(model: nn.Module) -> dict[str, Any]:
