@@ -37,8 +37,8 @@ class _UnconvergedOrders(logging.Filter):
 
 logging.getLogger("absl").addFilter(_UnconvergedOrders())
 
-#: RDP orders: dp-accounting's defaults extended to 512 (small epsilons need high orders)
-RDP_ORDERS = tuple([1 + x / 10.0 for x in range(1, 100)] + list(range(11, 64)) + [128, 256, 512])
+#: RDP orders: dp-accounting's defaults (1.1 to 1,024)
+RDP_ORDERS = tuple(rdp.rdp_privacy_accountant.DEFAULT_RDP_ORDERS)
 #: PLD discretisation of the privacy loss (dp-accounting's default 1e-4); pessimistic, so epsilon is an upper bound
 PLD_DISCRETIZATION = 1e-4
 
