@@ -420,14 +420,15 @@ def check_resume_config(run_path: Path, config: dict[str, Any]) -> str | None:
     saved_path = RunDir(run_path).config
     if not saved_path.is_file():
         return None
-    saved, given = identity_sections(RunDir(run_path).read_config()), identity_sections(config)
+    saved_config = RunDir(run_path).read_config()
+    saved, given = identity_sections(saved_config), identity_sections(config)
     differing = [key for top in RESUME_KEYS for key in _differences(saved.get(top), given.get(top), top)]
     if differing:
         raise ConfigError(
             f"--resume: the config differs from {saved_path} in {', '.join(differing)}; "
             "resume with the run's own config (only rounds, checkpoint_every, trainer and logger may change)"
         )
-    saved_rounds = RunDir(run_path).read_config().get("rounds")
+    saved_rounds = saved_config.get("rounds")
     if saved_rounds != config.get("rounds") and (given.get("privacy") or {}).get("target_epsilon") is not None:
         raise ConfigError(f"--rounds: privacy.target_epsilon calibrated the noise of {run_path} to its {saved_rounds} "
                           "rounds; a resume cannot change rounds (give privacy.noise_multiplier to extend a run)")

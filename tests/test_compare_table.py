@@ -276,8 +276,9 @@ def test_a_private_comparison_shows_epsilon_beside_accuracy_and_draws_accuracy_a
     assert lines[2].startswith("| dp |") and lines[2].endswith("| 1.5 ± 0 |")
     assert lines[3].startswith("| local |") and lines[3].endswith("| - |")
     assert to_csv(comparison, 0.75).splitlines()[0].endswith("final_epsilon_mean,final_epsilon_std")
-    assert axes(comparison, "global_acc") == ["round", "comm_mb", "epsilon"]
-    assert axes(comparison, "epsilon") == ["round", "comm_mb"]  # epsilon against itself is no view
+    by_metric = axes(comparison, ["global_acc", "epsilon"])
+    assert by_metric["global_acc"] == ["round", "comm_mb", "epsilon"]
+    assert by_metric["epsilon"] == ["round", "comm_mb"]  # epsilon against itself is no view
     data = figure(comparison, "global_acc", "epsilon")["data"]
     mean = next(t for t in data if t["name"].startswith("dp (mean"))
     assert mean["x"] == [1.0, 1.5] and mean["y"] == pytest.approx([0.55, 0.75])

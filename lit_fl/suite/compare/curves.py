@@ -126,8 +126,8 @@ def curve(group: Group, metric: str) -> Curve:
     )
 
 
-def axes(comparison: Comparison, metric: str) -> list[str]:
-    """The x axes of ``metric``'s figures: round and MB; and epsilon for an accuracy panel (:func:`panels`) when a
-    run is differentially private: accuracy against the privacy spent."""
-    private = any(EPSILON_AXIS in row for run in comparison.runs for row in run.rows[:1])
-    return [*X_AXES, EPSILON_AXIS] if private and metric in panels(comparison) else list(X_AXES)
+def axes(comparison: Comparison, metrics: list[str]) -> dict[str, list[str]]:
+    """The x axes of each metric's figures: round and MB; and epsilon for an accuracy panel (:func:`panels`, read
+    once) when a run is differentially private: accuracy against the privacy spent."""
+    accuracy = set(panels(comparison)) if comparison.private else set()
+    return {m: [*X_AXES, EPSILON_AXIS] if m in accuracy else list(X_AXES) for m in metrics}

@@ -93,8 +93,9 @@ def _template() -> dict[str, Any]:
 def write_dashboard(comparison: Comparison, table_html: str, path: Path) -> list[str]:
     """Write the dashboard; returns the ids of its figures (one div each)."""
     divs, ids = [], []
-    for metric in every_numeric_column(comparison):
-        for axis in axes(comparison, metric):
+    metrics = every_numeric_column(comparison)
+    for metric, x_axes in axes(comparison, metrics).items():
+        for axis in x_axes:
             div_id = f"fig-{len(ids)}"
             ids.append(div_id)
             divs.append(pio.to_html(figure(comparison, metric, axis), validate=False, full_html=False,

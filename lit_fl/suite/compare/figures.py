@@ -20,8 +20,7 @@ def write_figures(comparison: Comparison, folder: Path) -> list[Path]:
 
     folder.mkdir(parents=True, exist_ok=True)
     written = []
-    for metric in panels(comparison):
-        x_axes = axes(comparison, metric)
+    for metric, x_axes in axes(comparison, panels(comparison)).items():
         fig, subplots = plt.subplots(1, len(x_axes), figsize=(5.5 * len(x_axes), 4), sharey=True)
         for ax, axis in zip(subplots, x_axes):
             for i, group in enumerate(comparison.groups):

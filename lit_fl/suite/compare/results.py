@@ -85,6 +85,12 @@ class Comparison:
     def runs(self) -> list[RunResult]:
         return [run for group in self.groups for run in group.runs]
 
+    @property
+    def private(self) -> bool:
+        """Whether a run is differentially private (its metrics.csv has ``epsilon``): the tables then show the
+        epsilon spent beside the accuracy and the figures draw accuracy against it."""
+        return any("epsilon" in row for run in self.runs for row in run.rows[-1:])
+
 
 def load_comparison(paths: list[Path], metric: str | None = None) -> Comparison:
     """Everything to compare under ``paths`` (one sweep directory, or run directories and folders of them); a

@@ -134,18 +134,12 @@ def _row(comparison: Comparison, group: Group, target: float) -> TableRow:
     )
 
 
-def is_private(comparison: Comparison) -> bool:
-    """True when a run of the comparison is differentially private (its metrics.csv has ``epsilon``): the tables
-    then show the epsilon spent beside the accuracy."""
-    return any("epsilon" in row for group in comparison.groups for run in group.runs for row in run.rows[-1:])
-
-
 def header(comparison: Comparison, target: float) -> list[str]:
     metric, unit = comparison.metric, MetricKind(comparison.metric).unit
     return [
         "configuration", "seeds", "rounds", f"final {metric}{unit}", f"best {metric}{unit}",
         f"rounds to {target:g}", f"MB to {target:g}", f"paper{unit}",
-    ] + (["final epsilon"] if is_private(comparison) else [])
+    ] + (["final epsilon"] if comparison.private else [])
 
 
 def _cells(row: TableRow, private: bool = False) -> list[str]:
@@ -177,8 +171,7 @@ def _paper_cell(row: TableRow) -> str:
 def to_markdown(comparison: Comparison, target: float) -> str:
     head = header(comparison, target)
     lines = ["| " + " | ".join(head) + " |", "| " + " | ".join("---" for _ in head) + " |"]
-    private = is_private(comparison)
-    lines += ["| " + " | ".join(_cells(row, private)) + " |" for row in table_rows(comparison, target)]
+    lines += ["| " + " | ".join(_cells(row, comparison.private)) + " |" for row in table_rows(comparison, target)]
     if unmatched := len(unmatched_paper_rows(comparison)):
         lines += ["", f"{unmatched} paper row{'s' * (unmatched != 1)} of {comparison.metric} match no run: shown as "
                       "'paper only: no run'."]
@@ -193,15 +186,14 @@ def to_csv(comparison: Comparison, target: float) -> str:
         "configuration", "seeds", "rounds", f"final_{metric}_mean", f"final_{metric}_std", f"best_{metric}_mean",
         f"best_{metric}_std", "rounds_to_target_mean", "rounds_to_target_std", "mb_to_target_mean",
         "mb_to_target_std", "seeds_reaching_target", "target", "paper",
-    ] + (["final_epsilon_mean", "final_epsilon_std"] if is_private(comparison) else []))
-    private = is_private(comparison)
+    ] + (["final_epsilon_mean", "final_epsilon_std"] if comparison.private else []))
     for row in table_rows(comparison, target):
         writer.writerow([
             row.label, row.seeds, row.rounds, _num(row.final.mean), _num(row.final.std), _num(row.best.mean),
             _num(row.best.std), _num(row.rounds_to_target.mean), _num(row.rounds_to_target.std),
             _num(row.mb_to_target.mean), _num(row.mb_to_target.std), row.reached, target,
             "" if row.paper is None else row.paper,
-        ] + ([_num(row.epsilon.mean), _num(row.epsilon.std)] if private else []))
+        ] + ([_num(row.epsilon.mean), _num(row.epsilon.std)] if comparison.private else []))
     return out.getvalue()
 
 
@@ -209,8 +201,7 @@ def to_latex(comparison: Comparison, target: float) -> str:
     head = header(comparison, target)
     lines = [r"\begin{tabular}{l" + "r" * (len(head) - 1) + "}", r"\toprule", " & ".join(map(_tex, head)) + r" \\"]
     lines.append(r"\midrule")
-    private = is_private(comparison)
-    lines += [" & ".join(map(_tex, _cells(row, private))) + r" \\" for row in table_rows(comparison, target)]
+    lines += [" & ".join(map(_tex, _cells(row, comparison.private))) + r" \\" for row in table_rows(comparison, target)]
     lines += [r"\bottomrule", r"\end{tabular}"]
     return "\n".join(lines) + "\n"
 
@@ -226,9 +217,8 @@ def _num(value: float) -> str:
 def to_html(comparison: Comparison, target: float) -> str:
 
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header(comparison, target))
-    private = is_private(comparison)
     body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in _cells(row, private)) + "</tr>"
+        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in _cells(row, comparison.private)) + "</tr>"
         for row in table_rows(comparison, target)
     )
     return f'<table id="results"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
