@@ -38,6 +38,7 @@ from lit_fl.validation import check_output_folder
 if TYPE_CHECKING:
     from lit_fl.federation.state import Federation
     from lit_fl.privacy.plan import PrivacyPlan
+    from lit_fl.privacy.sample_level import SamplePlan
     from lit_fl.steps.runner import StepRunner
 
 # The data, the federation, the round loop and the runner (torch, Lightning) are imported when a run starts
@@ -60,7 +61,8 @@ class Experiment:
         logger: W&B and progress display.
         topology: who can reach whom (mesh, two_group, ring, regular).
         faults: simulated sender failures and lost returns.
-        privacy: differential privacy (docs/privacy.md): user-level DP-FedAvg on server methods.
+        privacy: differential privacy (docs/privacy.md): user-level DP-FedAvg on server methods, or sample-level
+            DP-SGD in every client training phase.
         seed: seeds partition, initialisation, selection and data order.
         rounds: communication rounds T.
         eval_every: evaluate every this many rounds (round eval_every, 2 * eval_every, ...; the last round only when
@@ -148,13 +150,24 @@ class Experiment:
             same_init=self.algorithm.paper_same_init if self.models.same_init is None else self.models.same_init,
         )
         if self.privacy.enabled:
-            from lit_fl.privacy.state import PrivacyState
-
-            federation.privacy = privacy_plan(self.algorithm, self.privacy, federation.num_clients, self.rounds)
-            federation.privacy_state = PrivacyState.start(self.privacy.clip_norm, self.seed)
+            self._private(federation, runner)
         self.algorithm.setup(federation)
         runner.place(federation.client_costs())
         return federation, runner
+
+    def _private(self, federation: Federation, runner: StepRunner) -> None:
+        """Differential privacy's plan and state on the federation (user level: the server pipeline reads them;
+        sample level: the phase runner too)."""
+        from lit_fl.privacy.state import PrivacyState
+
+        federation.privacy_state = PrivacyState.start(self.privacy.clip_norm, self.seed)
+        if self.privacy.level == "user":
+            federation.privacy = privacy_plan(self.algorithm, self.privacy, federation.num_clients, self.rounds)
+            return
+        from lit_fl.privacy.sample_level import SamplePrivacy
+
+        federation.sample_privacy = sample_privacy_plan(self.algorithm, self.privacy, federation, self.rounds)
+        runner.sample_privacy = SamplePrivacy(federation.sample_privacy, federation.privacy_state)
 
     # -- running ---------------------------------------------------------------------------------------
 
@@ -259,6 +272,10 @@ class Experiment:
             if federation.privacy is not None:
                 summary["privacy"] = {**federation.privacy.settings(),
                                       "epsilon": federation.privacy.epsilon(federation.round)}
+            if federation.sample_privacy is not None and federation.privacy_state is not None:
+                spent = federation.sample_privacy.epsilons(federation.privacy_state, federation.num_clients)
+                summary["privacy"] = {**federation.sample_privacy.settings(), "epsilon": max(spent),
+                                      "epsilon_per_client": spent}
             if loop.stop_signal:
                 summary["stop_signal"] = loop.stop_signal
             if error:
@@ -360,6 +377,25 @@ def privacy_plan(algorithm: Algorithm, config: PrivacyConfig, num_clients: int, 
         raise ConfigError(f"privacy.level: user takes a server method whose uploads are model weights ("
                           f"{', '.join(takers)}); {algorithm.name} sends none the server averages")
     return plan_privacy(config, num_clients, algorithm.client_fraction, rounds)  # type: ignore[attr-defined]
+
+
+def sample_privacy_plan(algorithm: Algorithm, config: PrivacyConfig, federation: Federation,
+                        rounds: int) -> SamplePlan:
+    """The DP-SGD plan of ``config`` for ``algorithm`` on ``federation``'s clients; a method whose training phases
+    cannot all take DP-SGD, or a BatchNorm model, is one line."""
+    from lit_fl.algorithms.registry import ALGORITHMS
+    from lit_fl.privacy.dp_sgd import per_sample_refusal
+    from lit_fl.privacy.sample_level import plan_sample_privacy
+
+    if not getattr(algorithm, "sample_level_dp", False):
+        takers = sorted(str(name) for name in ALGORITHMS if getattr(ALGORITHMS[name], "sample_level_dp", False))
+        raise ConfigError(f"privacy.level: sample takes a method whose every client training phase is DP-SGD-ready "
+                          f"({', '.join(takers)}); {algorithm.name} trains on private data in a step without it")
+    refusal = per_sample_refusal([c.model for c in federation.clients], [c.arch for c in federation.clients])
+    if refusal:
+        raise ConfigError(refusal)
+    return plan_sample_privacy(config, [c.num_train for c in federation.clients], algorithm.batch_size,
+                               algorithm.local_epochs, rounds)
 
 
 def topology_used(algorithm: Algorithm, federation: Federation) -> str:

@@ -341,7 +341,7 @@ def test_bad_privacy_settings_are_one_line(overrides: dict[str, object], message
     ("clip_norm", 0, r"^privacy.clip_norm must be > 0, got 0$"),
     ("noise_multiplier", -1, r"^privacy.noise_multiplier must be in \[0, 100\], got -1$"),
     ("noise_multiplier", 101, r"^privacy.noise_multiplier must be in \[0, 100\], got 101$"),
-    ("level", "sample", r"^privacy.level: 'sample' is not allowed; allowed: none, user$"),
+    ("level", "central", r"^privacy.level: 'central' is not allowed; allowed: none, user, sample$"),
 ])
 def test_out_of_range_privacy_keys_are_one_line(key: str, value: object, message: str) -> None:
     with pytest.raises(ConfigError, match=message):

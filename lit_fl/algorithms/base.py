@@ -68,6 +68,9 @@ class Algorithm(ABC):
     #: :mod:`lit_fl.data.tokens`) as on images; one that needs images (noise images, class-score tables, sliced
     #: widths) refuses a sequence dataset in one line (the requirement ``IMAGES``).
     sequence_tasks: bool = False
+    #: Whether every client training phase of the method can run DP-SGD (``privacy.level sample``): its steps
+    #: define ``data_loss`` (docs/extending.md) and no phase trains on a client's data in a step without it.
+    sample_level_dp: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -32,6 +32,7 @@ class DecentralizedFedAvg(DecentralizedAlgorithm):
 
     sequence_tasks = True  # learns from logits alone: runs on token sequences (lit_fl.data.tokens)
     client_defaults = DFML_CLIENTS  # WSM, as DFML
+    sample_level_dp = True  # its one client phase is LocalTraining: DP-SGD can take it
 
     def combine(self, receiver: Client, arrived: list[Client], plan: PeerRound, federation: Federation,
                 runner: StepRunner, ledger: CommunicationLedger) -> None:

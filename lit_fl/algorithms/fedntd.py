@@ -45,6 +45,8 @@ class FedNTD(ServerFedAvg):
 
     sequence_tasks = False  # not-true distillation per image label, not per token
 
+    sample_level_dp = False  # NotTrueDistillation has no data_loss yet (docs/privacy.md)
+
     def __init__(self, tau: PositiveFloat = 1.0, beta: NonNegativeFloat = 1.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.tau = float(tau)

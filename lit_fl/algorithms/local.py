@@ -33,6 +33,7 @@ class Local(NeighbourAlgorithm):
 
     #: UA-PDFL secs. 5.2-5.4 (Tables 1-5): final test accuracy averaged over clients, each on its own data
     reports = "local_acc"
+    sample_level_dp = True  # its one client phase is LocalTraining: DP-SGD can take it
 
     sequence_tasks = True  # learns from logits alone: runs on token sequences (lit_fl.data.tokens)
 

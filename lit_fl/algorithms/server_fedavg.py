@@ -76,6 +76,7 @@ class ServerFedAvg(ServerAlgorithm):
 
     sequence_tasks = True  # learns from logits alone: runs on token sequences (lit_fl.data.tokens)
     user_level_dp = True  # the uploads are models and step 5 averages them: DP-FedAvg (McMahan et al. 2018)
+    sample_level_dp = True  # its one client phase is LocalTraining: DP-SGD can take it
 
     def __init__(
         self,

@@ -106,11 +106,20 @@ class RoundLoop:
             "num_participants": result.participants(self.ledger.transfers),
             **self.ledger.round_faults.as_metrics(),  # every method's transfers fail in the ledger
             **result.extra,
+            **self._privacy_metrics(),
         }
         self.history.append(row)
         for callback in self.callbacks:
             callback.on_round(round_, row)
         return row
+
+    def _privacy_metrics(self) -> dict[str, float]:
+        """DP-SGD's columns (``privacy.level sample``): every client's epsilon so far and the largest; user-level DP
+        reports its own through the server pipeline."""
+        fed = self.federation
+        if fed.sample_privacy is None or fed.privacy_state is None:
+            return {}
+        return fed.sample_privacy.metrics(fed.privacy_state, fed.num_clients)
 
     def _checkpoint(self) -> None:
         for callback in self.callbacks:

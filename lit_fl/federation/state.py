@@ -21,6 +21,7 @@ from lit_fl.steps.aggregation import load_weights
 
 if TYPE_CHECKING:
     from lit_fl.privacy.plan import PrivacyPlan
+    from lit_fl.privacy.sample_level import SamplePlan
     from lit_fl.privacy.state import PrivacyState
 
 
@@ -213,6 +214,9 @@ class Federation:
         #: User-level differential privacy (``privacy.level user``): the plan and what the rounds carry (the next
         #: clip norm, the noise stream; checkpointed); None without it.
         self.privacy: PrivacyPlan | None = None
+        #: Sample-level differential privacy (``privacy.level sample``, DP-SGD): the plan; its state (the noise
+        #: seeds' stream, every client's steps) is :attr:`privacy_state`. None without it.
+        self.sample_privacy: SamplePlan | None = None
         self.privacy_state: PrivacyState | None = None
 
     @property

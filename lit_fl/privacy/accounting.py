@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import dp_accounting
@@ -92,7 +93,27 @@ def epsilon(mechanism: SampledGaussian, steps: int, delta: float, accountant: Ac
     return float(_one_round_pld(mechanism).self_compose(steps).get_epsilon_for_delta(delta))
 
 
-@functools.lru_cache(maxsize=64)
+def epsilon_of_steps(steps: Mapping[SampledGaussian, int], delta: float, accountant: AccountantName = "rdp") -> float:
+    """epsilon(delta) after ``steps[m]`` compositions of each mechanism ``m`` (a DP-SGD client's history: its steps
+    at each sampling rate); 0 after none, inf when a mechanism without noise ran."""
+    taken = {m: k for m, k in steps.items() if k > 0}
+    if not taken:
+        return 0.0
+    if any(m.noise_multiplier == 0 for m in taken):
+        return float("inf")
+    if accountant == "rdp":
+        first = _one_round_rdp(next(iter(taken)))
+        total = sum(_one_round_rdp(m).rdp * k for m, k in taken.items())
+        return float(rdp.rdp_privacy_accountant.compute_epsilon(first.orders, total, delta)[0])
+    composed = None
+    for m, k in taken.items():
+        one = _one_round_pld(m).self_compose(k)
+        composed = one if composed is None else composed.compose(one)
+    assert composed is not None
+    return float(composed.get_epsilon_for_delta(delta))
+
+
+@functools.lru_cache(maxsize=4096)
 def _one_round_pld(mechanism: SampledGaussian) -> pld.privacy_loss_distribution.PrivacyLossDistribution:
     """One round's privacy loss distribution, as dp-accounting's PLD accountant builds it for a Poisson-sampled
     Gaussian (``steps`` rounds: its ``self_compose``, what the accountant does for a self-composed event)."""
@@ -101,7 +122,7 @@ def _one_round_pld(mechanism: SampledGaussian) -> pld.privacy_loss_distribution.
         sampling_prob=mechanism.rate, neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=4096)
 def _one_round_rdp(mechanism: SampledGaussian) -> rdp.RdpAccountant:
     """An RDP accountant that has composed one round of ``mechanism`` (read-only: its ``orders`` and ``rdp``)."""
     acc = make_accountant("rdp", mechanism.sampling)

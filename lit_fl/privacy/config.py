@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from lit_fl.constraints import Bounds, OpenUnitInterval, PositiveFloat, PositiveInt, check_fields
 from lit_fl.errors import ConfigError
 
-Level = Literal["none", "user"]
+Level = Literal["none", "user", "sample"]
 #: how a round's clients are drawn (the accountant's sampling scheme)
 Sampling = Literal["poisson", "fixed"]
 #: dp-accounting's accountants
@@ -26,8 +26,11 @@ class PrivacyConfig:
         level: ``none``, or ``user``: user-level (central) DP, DP-FedAvg (McMahan et al. 2018): the server clips
             every client's model update (its model minus the round's broadcast model) to ``clip_norm`` and adds
             Gaussian noise of standard deviation ``noise_multiplier * clip_norm`` to their sum. For server methods
-            whose uploads are model weights.
-        clip_norm: C, the l2 bound of one client's update (the initial one with ``target_quantile``).
+            whose uploads are model weights. Or ``sample``: sample-level DP, DP-SGD (Abadi et al. 2016) in every
+            client training phase: each sample's gradient clipped to ``clip_norm``, Gaussian noise of standard
+            deviation ``noise_multiplier * clip_norm`` on every batch's sum; an accountant per client.
+        clip_norm: C, the l2 bound of one client's update (the initial one with ``target_quantile``); with level
+            ``sample``, of one sample's gradient.
         noise_multiplier: sigma, the noise's standard deviation over the sum's sensitivity; give it or
             ``target_epsilon``.
         target_epsilon: the epsilon(delta) the run may spend over all its rounds; the noise multiplier that reaches

@@ -1,10 +1,10 @@
-"""What user-level differential privacy carries from one round to the next: the clip norm (adaptive clipping moves
-it) and the noise stream. Part of the federation's state only in a private run, so it is checkpointed with it and a
-resumed run draws the same noise."""
+"""What differential privacy carries from one round to the next: the clip norm (adaptive clipping moves it), the
+noise stream and, under DP-SGD, every client's steps. Part of the federation's state only in a private run, so it is
+checkpointed with it and a resumed run draws the same noise and spends the same epsilon."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -12,10 +12,13 @@ import torch
 
 @dataclass
 class PrivacyState:
-    """The clip norm of the next round and the generator every noise draw comes from (on the CPU)."""
+    """The clip norm of the next round and the generator every noise draw comes from (on the CPU); under DP-SGD
+    (``privacy.level sample``) the generator draws each phase's noise seeds, and ``sample_steps`` is every client's
+    history, ``client -> {(expected batch, train samples): steps}`` (its accountant)."""
 
     clip_norm: float
     noise: torch.Generator
+    sample_steps: dict[int, dict[tuple[int, int], int]] = field(default_factory=dict)
 
     @classmethod
     def start(cls, clip_norm: float, seed: int) -> PrivacyState:
@@ -23,8 +26,13 @@ class PrivacyState:
         return cls(float(clip_norm), torch.Generator().manual_seed(seed * 1_000_003 + 6))
 
     def state_dict(self) -> dict[str, Any]:
-        return {"clip_norm": self.clip_norm, "noise": self.noise.get_state()}
+        return {"clip_norm": self.clip_norm, "noise": self.noise.get_state(),
+                "sample_steps": [[k, b, n, steps] for k, history in sorted(self.sample_steps.items())
+                                 for (b, n), steps in sorted(history.items())]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.clip_norm = float(state["clip_norm"])
         self.noise.set_state(state["noise"])
+        self.sample_steps = {}
+        for k, b, n, steps in state.get("sample_steps", []):
+            self.sample_steps.setdefault(int(k), {})[(int(b), int(n))] = int(steps)

@@ -11,6 +11,7 @@ from torch import Tensor, nn
 
 from lit_fl.choices import SupervisedLoss
 from lit_fl.losses import at_least_float32, batched_supervised_losses
+from lit_fl.privacy.dp_sgd import client_data_losses
 from lit_fl.steps.batched import BatchedClientStep, FusedSlot, per_sample
 from lit_fl.steps.optim import SGDConfig
 
@@ -61,9 +62,13 @@ class BatchedLocalTraining(BatchedClientStep):
         """The buffers :meth:`register_stacked` registered under ``name``, in ``slot.parameters()`` order."""
         return [getattr(self, f"{name}_{i}") for i in range(self.stacked_counts[name])]
 
+    def data_loss(self, x: Tensor, y: Tensor, weight: Tensor) -> Tensor:
+        """Every client's batch mean of the supervised loss ``[G]``: the term that reads the clients' data (DP-SGD
+        clips its per-sample gradients, :mod:`lit_fl.privacy.dp_sgd`)."""
+        return batched_supervised_losses(self.slot_logits(0, x), y, weight, self.class_proportions, self.loss_name)
+
     def client_losses(self, x: Tensor, y: Tensor, weight: Tensor) -> Tensor:
-        losses = batched_supervised_losses(self.slot_logits(0, x), y, weight, self.class_proportions,
-                                           self.loss_name)
+        losses = client_data_losses(self, x, y, weight, self._step)
         if self.prox_mu > 0:
             losses = losses + 0.5 * self.prox_mu * self._proximal()
         return losses

@@ -11,6 +11,7 @@ from torch import Tensor, nn
 
 from lit_fl.choices import SupervisedLoss
 from lit_fl.losses import LOSSES
+from lit_fl.privacy.dp_sgd import data_loss
 from lit_fl.steps.optim import SGDConfig
 from lit_fl.steps.step_loss import count_loss, reset_loss_counter
 
@@ -42,9 +43,14 @@ class LocalTraining(L.LightningModule):
     def forward(self, x: Tensor) -> Tensor:
         return self.model(x)
 
+    def data_loss(self, x: Tensor, y: Tensor) -> Tensor:
+        """The batch mean of the supervised loss: the term that reads the client's data (DP-SGD clips its per-sample
+        gradients, :mod:`lit_fl.privacy.dp_sgd`)."""
+        return self.loss_fn(self.model(x), y, self.class_proportions)
+
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         x, y = batch
-        loss = self.loss_fn(self.model(x), y, self.class_proportions)
+        loss = data_loss(self, x, y, batch_idx)
         if self.prox_mu > 0:
             loss = loss + 0.5 * self.prox_mu * self._proximal()
         count_loss(self, loss)

@@ -44,6 +44,7 @@ from lit_fl.steps.unfused import say_unfused
 from lit_fl.steps.work_result import WorkResult
 
 if TYPE_CHECKING:
+    from lit_fl.privacy.dp_sgd import DPSGD
     from lit_fl.steps.predict import ValueWork
     from lit_fl.steps.runner import StepRunner
 
@@ -89,14 +90,17 @@ def run_phase(runner: StepRunner, works: Sequence[ClientWork | ValueWork | None]
     jobs: list[ClientWork] = [works[n] for n in todo]  # type: ignore[misc]
     say_unfused(runner, jobs)  # once per step class and run, a line naming a step that cannot fuse
     plans = [job.batches.plan() for job in jobs]  # every process draws every order, in the works' order
+    private = runner.sample_privacy
+    noises = private.phase(jobs, plans) if private is not None else None  # DP-SGD: seeds drawn, steps counted
     placement = runner.placement
     owners = _assign(runner, jobs)
     mine = [k for k, owner in enumerate(owners) if owner == placement.rank]
     losses = [math.nan] * len(jobs)
     for group, batched in fusion_plan([jobs[k] for k in mine], [plans[k] for k in mine], runner.fuse):
         chosen = [mine[i] for i in group]
+        dp = private.dp_sgd([noises[k] for k in chosen]) if private is not None and noises is not None else None
         for k, loss in zip(chosen, _run_group(runner, [jobs[k] for k in chosen], [plans[k] for k in chosen],
-                                              batched)):
+                                              batched, dp)):
             losses[k] = loss
     for k, owner in enumerate(owners):
         if owner == PEERS:  # every process takes part; the losses come out equal everywhere
@@ -197,13 +201,19 @@ def fusion_key(step: L.LightningModule) -> Hashable | None:
 
 
 def _run_group(
-    runner: StepRunner, jobs: list[ClientWork], plans: list[list[PlannedBatch]], batched: bool
+    runner: StepRunner, jobs: list[ClientWork], plans: list[list[PlannedBatch]], batched: bool, dp: DPSGD | None
 ) -> list[float]:
-    """One work alone, or works as one batched step; their mean losses."""
+    """One work alone, or works as one batched step (under DP-SGD, ``dp`` of their clients); their mean losses."""
+    from lit_fl.privacy.dp_sgd import attach
+
     if not batched:
         job, plan = jobs[0], plans[0]
+        if dp is not None:
+            attach(job.step, dp)
         return [phase_loss(job.step, runner._fit_here(job.step, (job.batches.cut(p) for p in plan)))]
     stacked = StackedBatches([job.batches for job in jobs], plans)
     step = type(jobs[0].step).batched([job.step for job in jobs], stacked.num_batches)
+    if dp is not None:
+        attach(step, dp)
     runner._fit_here(step, stacked)
     return step.mean_losses()
