@@ -40,6 +40,7 @@ SWEEPS = [
     ("Def-KT", "mnist5k_defkt", 0.8),
     ("Knowledge codistillation", "mnist5k_codistillation", 0.8),
     ("Differential privacy: DP-FedAvg", "mnist5k_dp_fedavg", 0.8),
+    ("Differential privacy: DP-SGD", "mnist5k_dp_sgd", 0.8),
 ]
 
 
