@@ -161,6 +161,12 @@ class Experiment:
         from lit_fl.privacy.state import PrivacyState
 
         federation.privacy_state = PrivacyState.start(self.privacy.clip_norm, self.seed)
+        if self.privacy.level == "user" and getattr(self.algorithm, "exchange_dp", False):
+            from lit_fl.privacy.exchange import plan_exchange_privacy, start_references
+
+            federation.exchange_privacy = plan_exchange_privacy(self.privacy, federation.num_clients, self.rounds)
+            start_references(federation, federation.privacy_state)
+            return
         if self.privacy.level == "user":
             federation.privacy = privacy_plan(self.algorithm, self.privacy, federation.num_clients, self.rounds)
             return
@@ -272,10 +278,10 @@ class Experiment:
             if federation.privacy is not None:
                 summary["privacy"] = {**federation.privacy.settings(),
                                       "epsilon": federation.privacy.epsilon(federation.round)}
-            if federation.sample_privacy is not None and federation.privacy_state is not None:
-                spent = federation.sample_privacy.epsilons(federation.privacy_state, federation.num_clients)
-                summary["privacy"] = {**federation.sample_privacy.settings(), "epsilon": max(spent),
-                                      "epsilon_per_client": spent}
+            per_client = federation.sample_privacy or federation.exchange_privacy
+            if per_client is not None and federation.privacy_state is not None:
+                spent = per_client.epsilons(federation.privacy_state, federation.num_clients)
+                summary["privacy"] = {**per_client.settings(), "epsilon": max(spent), "epsilon_per_client": spent}
             if loop.stop_signal:
                 summary["stop_signal"] = loop.stop_signal
             if error:
@@ -374,8 +380,10 @@ def privacy_plan(algorithm: Algorithm, config: PrivacyConfig, num_clients: int, 
 
     if not getattr(algorithm, "user_level_dp", False):
         takers = sorted(str(name) for name in ALGORITHMS if getattr(ALGORITHMS[name], "user_level_dp", False))
+        peers = sorted(str(name) for name in ALGORITHMS if getattr(ALGORITHMS[name], "exchange_dp", False))
         raise ConfigError(f"privacy.level: user takes a server method whose uploads are model weights ("
-                          f"{', '.join(takers)}); {algorithm.name} sends none the server averages")
+                          f"{', '.join(takers)}) or a decentralized method whose exchanges are ({', '.join(peers)}); "
+                          f"{algorithm.name} sends none the server averages")
     return plan_privacy(config, num_clients, algorithm.client_fraction, rounds)  # type: ignore[attr-defined]
 
 

@@ -195,10 +195,10 @@ def test_the_guides_confidence_penalty_is_the_papers_by_hand(tmp_path: Path, mon
 
 
 def _penalty_rounds(
-    user: Any, data: str, fuse: str, monkeypatch: pytest.MonkeyPatch
+    user: Any, data: str, fuse: str, monkeypatch: pytest.MonkeyPatch, private: bool = False
 ) -> tuple[Any, list[float], list[tuple[type, int]]]:
-    """Three rounds of the guide's ConfidencePenaltyFedAvg in float64: the federation, the train losses and, per group
-    the phase runner ran, its step class and size (0: a work alone, unbatched)."""
+    """Three rounds of the guide's ConfidencePenaltyFedAvg in float64 (``private``: under DP-SGD): the federation,
+    the train losses and, per group the phase runner ran, its step class and size (0: a work alone, unbatched)."""
     import torch
     from federations import tiny_federation
     from test_sequences import _sequence_federation
@@ -209,9 +209,9 @@ def _penalty_rounds(
 
     groups: list[tuple[type, int]] = []
 
-    def spy(runner: Any, jobs: list[Any], plans: list[Any], batched: bool) -> list[float]:
+    def spy(runner: Any, jobs: list[Any], plans: list[Any], batched: bool, dp: Any) -> list[float]:
         groups.append((type(jobs[0].step), len(jobs) if batched else 0))
-        return RUN_GROUP(runner, jobs, plans, batched)
+        return RUN_GROUP(runner, jobs, plans, batched, dp)
 
     monkeypatch.setattr(phase, "_run_group", spy)
     previous = torch.get_default_dtype()
@@ -223,6 +223,8 @@ def _penalty_rounds(
             algo = user.ConfidencePenaltyFedAvg(beta=0.5, sender_fraction=1.0, batch_size=16 if data == "images" else 4)
             algo.setup(fed)
             runner, ledger, losses = StepRunner("cpu", fuse=fuse), CommunicationLedger.of(fed), []
+            if private:
+                runner.sample_privacy = _dp_sgd(fed, algo)
             for round_ in range(1, 4):
                 ledger.start_round()
                 losses.append(algo.run_round(round_, fed, runner, ledger).train_loss)
@@ -253,3 +255,28 @@ def test_the_guides_fusable_step_runs_batched_and_equals_its_unfused_run(
         for key, value in b.model.state_dict().items():
             got = a.model.state_dict()[key]
             assert (got - value).double().norm() <= RTOL * value.double().norm(), f"client {n} {key}"
+
+
+def _dp_sgd(fed: Any, algo: Any) -> Any:
+    from lit_fl.privacy.config import PrivacyConfig
+    from lit_fl.privacy.sample_level import SamplePrivacy, plan_sample_privacy
+    from lit_fl.privacy.state import PrivacyState
+
+    config = PrivacyConfig(level="sample", clip_norm=0.5, noise_multiplier=1.0)
+    plan = plan_sample_privacy(config, [c.num_train for c in fed.clients], algo.batch_size, algo.local_epochs, 3)
+    return SamplePrivacy(plan, PrivacyState.start(config.clip_norm, 0))
+
+
+def test_the_guides_step_takes_dp_sgd_fused_and_unfused_alike(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             one_thread: None) -> None:
+    """The guide's step under ``privacy.level sample``: its data_loss is clipped per sample and noised, fused and
+    unfused give the same weights with the same draws (float64, :data:`RTOL`), and privacy moved them."""
+    user = guide_module(tmp_path, monkeypatch, "class ConfidencePenalty(", "penalty")
+    fused, _, groups = _penalty_rounds(user, "images", "on", monkeypatch, private=True)
+    unfused, _, _ = _penalty_rounds(user, "images", "off", monkeypatch, private=True)
+    plain, _, _ = _penalty_rounds(user, "images", "off", monkeypatch)
+    assert all(size >= 2 for _, size in groups), groups
+    for n, (a, b, c) in enumerate(zip(fused.clients, unfused.clients, plain.clients, strict=True)):
+        for key, value in b.model.state_dict().items():
+            assert (a.model.state_dict()[key] - value).double().norm() <= RTOL * value.double().norm(), f"{n} {key}"
+        assert any(not c.model.state_dict()[k].equal(v) for k, v in b.model.state_dict().items())

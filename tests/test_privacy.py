@@ -349,13 +349,15 @@ def test_out_of_range_privacy_keys_are_one_line(key: str, value: object, message
 
 
 def test_a_method_that_cannot_take_user_level_dp_refuses_it_in_one_line(tmp_path: Path) -> None:
-    cfg = write_config(tmp_path / "cfg.yaml", {**tiny_config("DFML", rounds=1),
+    cfg = write_config(tmp_path / "cfg.yaml", {**tiny_config("DefKT", rounds=1), "models": {"pool": ["cnn_4_8"]},
                                                "privacy": {"level": "user", "noise_multiplier": 1.0}})
     result = run_cli("fit", "--config", cfg, "--run_dir", tmp_path / "runs")
     assert result.rc == 2 and not (tmp_path / "runs").exists()
     (line,) = result.err.strip().splitlines()
     assert line.startswith("lit-fl: error: privacy.level: user takes a server method whose uploads are model "
-                           "weights (FedNTD, SCAFFOLD, ServerFedAvg, ServerFedProx); DFML sends none"), line
+                           "weights (FedNTD, SCAFFOLD, ServerFedAvg, ServerFedProx) or a decentralized method whose "
+                           "exchanges are (DFML, DFedAvgM, DecentralizedFedAvg, DecentralizedFedProx); DefKT sends "
+                           "none"), line
 
 
 # -- a run ----------------------------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ returns the updated models to the senders whose models arrived (:meth:`Decentral
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from lit_fl.algorithms.base import RoundResult, nanmean
 from lit_fl.algorithms.peer import PeerAlgorithm, PeerRound
@@ -34,6 +34,10 @@ class DecentralizedAlgorithm(PeerAlgorithm):
     """
 
     requires = (AGGREGATOR_AND_SENDERS,)
+    #: Whether ``privacy.level user`` can privatise the method's exchanges (:mod:`lit_fl.privacy.exchange`): every
+    #: sender's model is released clipped and noised (:meth:`exchange`); the method releases what else leaves a
+    #: client (an aggregator's own model mixed into what it returns, its returns) and calls :meth:`settle`.
+    exchange_dp: ClassVar[bool] = False
 
     def __init__(
         self, sender_fraction: Fraction = 0.5, fixed_aggregator: NonNegativeInt | None = None, **kwargs: Any
@@ -71,12 +75,29 @@ class DecentralizedAlgorithm(PeerAlgorithm):
         arrived = super().exchange(receiver, sources, plan, federation, ledger)
         models = [self.outgoing(s, receiver, plan) for s in arrived]
         plan.state["before"] = self.snapshot_for_returns(federation, arrived, models)
+        if federation.exchange_privacy is not None:
+            plan.state["own"], plan.state["sent"] = release_senders(federation, arrived)
         return arrived
 
     def send_back(self, receiver: Client, plan: PeerRound, federation: Federation,
                   ledger: CommunicationLedger) -> None:
         """The aggregator returns their updated models to the senders whose models arrived."""
-        self.give_back(federation, ledger, receiver, plan.arrived[receiver.id], plan.state["before"])
+        delivered = self.give_back(federation, ledger, receiver, plan.arrived[receiver.id], plan.state["before"])
+        self.settle(receiver, plan, federation, delivered)
+
+    def settle(self, receiver: Client, plan: PeerRound, federation: Federation, returned: Sequence[Client]) -> None:
+        """Under DP on the exchanges: a sender that got a model back (built from releases alone) adopts it as its
+        public reference; one that did not gets its own weights back (its release left it, not its model)."""
+        if federation.exchange_privacy is None:
+            return
+        from lit_fl.privacy.exchange import adopt
+
+        back = {c.id for c in returned}
+        for sender in plan.arrived[receiver.id]:
+            if sender.id in back:
+                adopt(federation.privacy_state, sender)
+            else:
+                sender.set_weights(plan.state["own"][sender.id])
 
     def round_result(self, plan: PeerRound, federation: Federation) -> RoundResult:
         return RoundResult(
@@ -91,3 +112,17 @@ class DecentralizedAlgorithm(PeerAlgorithm):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.previous_aggregator = state["previous_aggregator"]
+
+
+def release_senders(federation: Federation, senders: Sequence[Client]) -> tuple[dict[int, Any], dict[int, Any]]:
+    """Every sender's model released (:func:`lit_fl.privacy.exchange.released`) in place of its own weights, for
+    the receiver to use; their own weights and the released ones, by client id."""
+    from lit_fl.privacy.exchange import released
+
+    assert federation.exchange_privacy is not None and federation.privacy_state is not None
+    own, sent = {}, {}
+    for sender in senders:
+        own[sender.id] = {k: v.detach().clone() for k, v in sender.model.state_dict().items()}
+        sent[sender.id] = released(federation.exchange_privacy, federation.privacy_state, sender.id, own[sender.id])
+        sender.set_weights(sent[sender.id])
+    return own, sent

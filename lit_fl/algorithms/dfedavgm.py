@@ -74,6 +74,7 @@ class DFedAvgM(NeighbourAlgorithm):
     sequence_tasks = False  # not checked on sequences
 
     requires = (ONE_ARCHITECTURE,)  # weights averaged whole between clients
+    exchange_dp = True  # privacy.level user: each client's z_j reaches its neighbours as one release a round
     #: UA-PDFL sec. 5.2 runs DFedAvgM with twice the local iterations of the other methods
     client_defaults = replace(UAPDFL_CLIENTS, local_epochs=2)
 
@@ -98,7 +99,20 @@ class DFedAvgM(NeighbourAlgorithm):
         model after it (``state["trained"]``)."""
         losses = super().client_phase(plan, federation, runner)
         plan.state["trained"] = snapshot_states(federation)  # z_j: before any mixing
+        plan.state["sent"] = self.releases(plan, federation)
         return losses
+
+    def releases(self, plan: PeerRound, federation: Federation) -> dict[int, dict[str, Tensor]]:
+        """What each client's neighbours receive: its ``z_j``, or under DP on the exchanges its one release of the
+        round (:func:`~lit_fl.privacy.exchange.released`; every client that sends to a neighbour releases once)."""
+        trained = plan.state["trained"]
+        if federation.exchange_privacy is None:
+            return trained
+        from lit_fl.privacy.exchange import released
+
+        assert federation.privacy_state is not None
+        senders = sorted({j for peers in plan.draw.values() for j in peers})
+        return {j: released(federation.exchange_privacy, federation.privacy_state, j, trained[j]) for j in senders}
 
     def combine(self, receiver: Client, arrived: list[Client], plan: PeerRound, federation: Federation,
                 runner: StepRunner, ledger: CommunicationLedger) -> None:
@@ -110,8 +124,9 @@ class DFedAvgM(NeighbourAlgorithm):
                 row[j] = W[i, j]
             else:  # dropped: not mixed in, its weight stays with the client's own model
                 row[i] += W[i, j]
-        if len(row) > 1:
-            receiver.set_weights(mix([plan.state["trained"][j] for j in row], list(row.values())))
+        if len(row) > 1:  # its own z_i, its neighbours' releases
+            received = [plan.state["trained"][j] if j == i else plan.state["sent"][j] for j in row]
+            receiver.set_weights(mix(received, list(row.values())))
 
     def draw_graph(self, federation: Federation) -> dict[int, list[int]]:
         """The round's undirected graph: every client draws ``min(N_com, #neighbours)`` distinct topology

@@ -14,6 +14,8 @@ from lit_fl.constraints import BatchStatisticsSize, NonNegativeInt, PositiveFloa
 from lit_fl.federation.alpha import AlphaSchedule
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from lit_fl.algorithms.peer import PeerRound
     from lit_fl.data.dataset import ImageDataset
     from lit_fl.federation.ledger import CommunicationLedger
@@ -50,6 +52,7 @@ class DFML(DecentralizedAlgorithm):
 
     #: DFML sec. 4.1: "the global accuracy of DFML is evaluated by examining the peak models" (global_acc is theirs)
     reports = "global_acc"
+    exchange_dp = True  # privacy.level user: the senders' models and the aggregator's returns are releases
 
     sequence_tasks = True  # learns from logits alone: runs on token sequences (lit_fl.data.tokens)
 
@@ -111,9 +114,12 @@ class DFML(DecentralizedAlgorithm):
                   ledger: CommunicationLedger) -> None:
         """The models go back (only with ``mutual``); the aggregator's and the returned models' peaks follow the
         peak rule."""
-        updated = [receiver]
+        updated: list[Client] = [receiver]
         if self.mutual:
+            if federation.exchange_privacy is not None:
+                release_returns(receiver, plan.arrived[receiver.id], plan.state["sent"], federation)
             updated += self.give_back(federation, ledger, receiver, plan.arrived[receiver.id], plan.state["before"])
+        self.settle(receiver, plan, federation, updated[1:])
         self.update_peaks(updated, plan.round, plan.state["alpha"])
 
     def round_result(self, plan: PeerRound, federation: Federation) -> RoundResult:
@@ -185,3 +191,16 @@ class DFML(DecentralizedAlgorithm):
         )
         return runner.run_phase([ClientWork(clients[0].id, step, noise, owners=tuple(c.id for c in clients))])[0].loss
 
+
+
+def release_returns(aggregator: Client, senders: Sequence[Client], sent: dict[int, Any], federation: Federation) -> None:
+    """Under DP on the exchanges: the models the aggregator's mutual learning trained (on its own data) go back as
+    one release of the aggregator, each against the model its sender released (:func:`~lit_fl.privacy.exchange.
+    released_jointly`), in place."""
+    from lit_fl.privacy.exchange import released_jointly
+
+    assert federation.exchange_privacy is not None and federation.privacy_state is not None
+    returns = released_jointly(federation.exchange_privacy, federation.privacy_state, aggregator.id,
+                               [s.model.state_dict() for s in senders], [sent[s.id] for s in senders])
+    for sender, weights in zip(senders, returns):
+        sender.set_weights(weights)

@@ -6,7 +6,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING
 
 from lit_fl import steps
-from lit_fl.algorithms.decentralized import DecentralizedAlgorithm
+from lit_fl.algorithms.decentralized import DecentralizedAlgorithm, release_senders
 from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.algorithms.settings import DFML_CLIENTS
 
@@ -33,11 +33,20 @@ class DecentralizedFedAvg(DecentralizedAlgorithm):
     sequence_tasks = True  # learns from logits alone: runs on token sequences (lit_fl.data.tokens)
     client_defaults = DFML_CLIENTS  # WSM, as DFML
     sample_level_dp = True  # its one client phase is LocalTraining: DP-SGD can take it
+    exchange_dp = True  # every model it averages is a release: privacy.level user clips and noises them
 
     def combine(self, receiver: Client, arrived: list[Client], plan: PeerRound, federation: Federation,
                 runner: StepRunner, ledger: CommunicationLedger) -> None:
-        """The aggregator averages the models that reached it (:meth:`aggregate`)."""
+        """The aggregator averages the models that reached it (:meth:`aggregate`). Under DP on the exchanges its
+        own model enters an average it returns only as a release, and it adopts that average."""
+        private = federation.exchange_privacy is not None and any(c.arch == receiver.arch for c in arrived)
+        if private:
+            release_senders(federation, [receiver])
         self.aggregate(plan.round, federation, [receiver, *arrived])
+        if private:
+            from lit_fl.privacy.exchange import adopt
+
+            adopt(federation.privacy_state, receiver)
 
     def aggregate(self, round_: int, federation: Federation, clients: list[Client]) -> None:
         """At the aggregator: every same-architecture cluster of ``clients`` gets its Eq. 5 average."""

@@ -41,6 +41,7 @@ class PartialTraining(DecentralizedFedAvg):
     sequence_tasks = False  # width-sliced submodels of the image families
 
     sample_level_dp = False  # trains sliced sub-models: DP-SGD is not built for them (docs/privacy.md)
+    exchange_dp = False  # sends sliced sub-models: DP on them is not built (docs/privacy.md)
 
     def __init__(self, weighting: Literal["equal", "samples"] = "equal", **kwargs: Any) -> None:
         super().__init__(**kwargs)

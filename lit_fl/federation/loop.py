@@ -114,12 +114,13 @@ class RoundLoop:
         return row
 
     def _privacy_metrics(self) -> dict[str, float]:
-        """DP-SGD's columns (``privacy.level sample``): every client's epsilon so far and the largest; user-level DP
-        reports its own through the server pipeline."""
+        """The columns of DP with a per-client accountant (DP-SGD, DP on decentralized exchanges): every client's
+        epsilon so far and the largest; user-level DP on a server reports its own through the server pipeline."""
         fed = self.federation
-        if fed.sample_privacy is None or fed.privacy_state is None:
+        per_client = fed.sample_privacy or fed.exchange_privacy
+        if per_client is None or fed.privacy_state is None:
             return {}
-        return fed.sample_privacy.metrics(fed.privacy_state, fed.num_clients)
+        return per_client.metrics(fed.privacy_state, fed.num_clients)
 
     def _checkpoint(self) -> None:
         for callback in self.callbacks:

@@ -20,6 +20,7 @@ from lit_fl.models import num_parameters
 from lit_fl.steps.aggregation import load_weights
 
 if TYPE_CHECKING:
+    from lit_fl.privacy.exchange import ExchangePlan
     from lit_fl.privacy.plan import PrivacyPlan
     from lit_fl.privacy.sample_level import SamplePlan
     from lit_fl.privacy.state import PrivacyState
@@ -217,6 +218,9 @@ class Federation:
         #: Sample-level differential privacy (``privacy.level sample``, DP-SGD): the plan; its state (the noise
         #: seeds' stream, every client's steps) is :attr:`privacy_state`. None without it.
         self.sample_privacy: SamplePlan | None = None
+        #: User-level DP on a decentralized method's exchanges (``privacy.level user``): the plan; every client's
+        #: reference and releases are in :attr:`privacy_state`. None without it.
+        self.exchange_privacy: ExchangePlan | None = None
         self.privacy_state: PrivacyState | None = None
 
     @property
