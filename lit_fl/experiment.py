@@ -61,8 +61,8 @@ class Experiment:
         logger: W&B and progress display.
         topology: who can reach whom (mesh, two_group, ring, regular).
         faults: simulated sender failures and lost returns.
-        privacy: differential privacy (docs/privacy.md): user-level DP-FedAvg on server methods, or sample-level
-            DP-SGD in every client training phase.
+        privacy: differential privacy (docs/privacy.md): user-level (DP-FedAvg on server methods, every release
+            clipped and noised on decentralized ones) or sample-level (DP-SGD in every client training phase).
         seed: seeds partition, initialisation, selection and data order.
         rounds: communication rounds T.
         eval_every: evaluate every this many rounds (round eval_every, 2 * eval_every, ...; the last round only when

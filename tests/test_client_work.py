@@ -143,9 +143,9 @@ def run(name: str, fuse: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Federati
     step)."""
     sizes: list[int] = []
 
-    def spy(runner: StepRunner, jobs: list[Any], plans: list[Any], batched: bool) -> list[float]:
+    def spy(runner: StepRunner, jobs: list[Any], plans: list[Any], batched: bool, dp: Any) -> list[float]:
         sizes.append(len(jobs) if batched else 0)  # 0: a work run alone, unbatched
-        return RUN_GROUP(runner, jobs, plans, batched)
+        return RUN_GROUP(runner, jobs, plans, batched, dp)
 
     def value_spy(compute: Any) -> classmethod:
         def counted(cls: type, runner: StepRunner, works: list[Any], fused: bool) -> list[Any]:

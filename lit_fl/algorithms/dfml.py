@@ -193,7 +193,8 @@ class DFML(DecentralizedAlgorithm):
 
 
 
-def release_returns(aggregator: Client, senders: Sequence[Client], sent: dict[int, Any], federation: Federation) -> None:
+def release_returns(aggregator: Client, senders: Sequence[Client], sent: dict[int, Any],
+                    federation: Federation) -> None:
     """Under DP on the exchanges: the models the aggregator's mutual learning trained (on its own data) go back as
     one release of the aggregator, each against the model its sender released (:func:`~lit_fl.privacy.exchange.
     released_jointly`), in place."""

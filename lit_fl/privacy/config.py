@@ -26,9 +26,11 @@ class PrivacyConfig:
         level: ``none``, or ``user``: user-level (central) DP, DP-FedAvg (McMahan et al. 2018): the server clips
             every client's model update (its model minus the round's broadcast model) to ``clip_norm`` and adds
             Gaussian noise of standard deviation ``noise_multiplier * clip_norm`` to their sum. For server methods
-            whose uploads are model weights. Or ``sample``: sample-level DP, DP-SGD (Abadi et al. 2016) in every
-            client training phase: each sample's gradient clipped to ``clip_norm``, Gaussian noise of standard
-            deviation ``noise_multiplier * clip_norm`` on every batch's sum; an accountant per client.
+            whose uploads are model weights; on a decentralized method every model a client releases is clipped
+            against its public reference and noised by it (lit_fl.privacy.exchange). Or ``sample``: sample-level
+            DP, DP-SGD (Abadi et al. 2016) in every client training phase: each sample's gradient clipped to
+            ``clip_norm``, Gaussian noise of standard deviation ``noise_multiplier * clip_norm`` on every batch's
+            sum; an accountant per client.
         clip_norm: C, the l2 bound of one client's update (the initial one with ``target_quantile``); with level
             ``sample``, of one sample's gradient.
         noise_multiplier: sigma, the noise's standard deviation over the sum's sensitivity; give it or

@@ -3,8 +3,8 @@ Algorithm 1) in any client training phase, vectorised across fused clients.
 
 A step of client ``k`` at its local step ``t``, over its batch ``B_t`` (expected size ``b``):
 
-    g_i        = grad of the step's data loss on the batch of one {i}        (per sample, torch.func vmap over grad)
-    g_i^clip   = g_i * min(1, C / (||g_i|| + 1e-6))                          (one l2 norm over all of the client's weights)
+    g_i        = grad of the step's data loss on the batch of one {i}   (per sample: torch.func vmap over grad)
+    g_i^clip   = g_i * min(1, C / (||g_i|| + 1e-6))                     (one l2 norm over all of the client's weights)
     g~         = (sum_i g_i^clip + N(0, (sigma C)^2 I)) / b
     loss       = data loss (its value) whose gradient is g~, plus the step's own data-free terms (FedProx's proximal
                  term), then the step's SGD (momentum, weight decay) as without privacy.
