@@ -16,7 +16,7 @@ import torch
 from conftest import run_cli, tiny_config, write_config
 from federations import snapshot, tiny_federation
 
-from lit_fl.algorithms import DecentralizedFedAvg, DecentralizedFedProx
+from lit_fl.algorithms import DFML, DecentralizedFedAvg, DecentralizedFedProx
 from lit_fl.errors import ConfigError
 from lit_fl.federation.state import Federation
 from lit_fl.privacy import dp_sgd
@@ -238,9 +238,9 @@ def test_a_dp_sgd_run_logs_every_clients_epsilon_and_resumes_exactly(tmp_path: P
 
 
 @pytest.mark.parametrize(("algorithm", "pool", "message"), [
-    ("DFML", ["cnn_4_8"], "privacy.level: sample takes a method whose every client training phase is DP-SGD-ready ("
-                          "DecentralizedFedAvg, DecentralizedFedProx, Local, ServerFedAvg, ServerFedProx); DFML "
-                          "trains on private data in a step without it"),
+    ("DefKT", ["cnn_4_8"], "privacy.level: sample takes a method whose every client training phase is DP-SGD-ready ("
+                           "DFML, DecentralizedFedAvg, DecentralizedFedProx, Local, ServerFedAvg, ServerFedProx); "
+                           "DefKT trains on private data in a step without it"),
     ("DecentralizedFedAvg", ["cnn_bn_4_8"], "models.pool: privacy.level sample (DP-SGD) needs per-sample gradients "
                                             "and cnn_bn_4_8 has BatchNorm"),
 ])
@@ -253,3 +253,55 @@ def test_what_dp_sgd_cannot_take_is_refused_in_one_line(tmp_path: Path, algorith
     assert result.rc == 2 and not (tmp_path / "runs").exists()
     (line,) = result.err.strip().splitlines()
     assert line.startswith(f"lit-fl: error: {message}"), line
+
+
+@pytest.mark.parametrize("fuse", ["on", "off"])
+def test_dfmls_mutual_learning_runs_dp_sgd_on_the_aggregators_data(tmp_path: Path, fuse: str) -> None:
+    """Without clipping or noise, DFML under DP-SGD is DFML (the per-sample gradients' mean over all the models the
+    peer step trains is the batch gradient: float32 rounding, 1e-4 relative after a round of both phases; one batch
+    an epoch, since DP-SGD divides a short last batch by the expected batch, not its own size); the
+    aggregator's accountant counts its local steps and its mutual-learning steps, on its own data."""
+    from lit_fl.federation.checkpoint import read_unpacked
+
+    runs = tmp_path / "runs"
+    for name, privacy in (("private", {"noise_multiplier": 0.0, "clip_norm": 1e9}), ("plain", {"level": "none"})):
+        config = tiny_config("DFML", rounds=1, batch_size=1000)  # one batch an epoch: b = n, no partial batch
+        config["privacy"] = {"level": "sample", "delta": 1e-3, **privacy}
+        assert run_cli("fit", "--config", write_config(tmp_path / f"{name}.yaml", config), "--run_dir", runs,
+                       "--name", name, "--trainer.fuse", fuse).rc == 0
+    a, b = (read_unpacked(runs / name / "checkpoints" / "last.ckpt")["federation"] for name in ("private", "plain"))
+    for x, y in zip(a["clients"], b["clients"]):
+        for key, value in y["model"].items():
+            if value.is_floating_point():
+                assert float((x["model"][key] - value).norm()) <= 1e-4 * max(float(value.norm()), 1e-6), key
+    (row,) = read_metrics(runs / "private" / "metrics.csv")
+    aggregator = int(row["aggregator"])
+    algo = DFML(**config["algorithm"]["init_args"])
+    (b, n, steps), = [(b, n, s) for k, b, n, s in a["privacy"]["sample_steps"] if k == aggregator]
+    assert b == min(algo.batch_size, n)
+    assert steps == (algo.local_epochs + algo.mutual_epochs) * math.ceil(n / algo.batch_size)
+
+
+def test_dfmls_mutual_learning_is_clipped(tmp_path: Path) -> None:
+    """No local training, only the aggregator's mutual learning: at a clip far below the gradients' norms the
+    participants move a hundred times less than without DP-SGD (one norm over all the models a sample trains). The
+    start is a run without any training (``mutual_epochs 0``)."""
+    from lit_fl.federation.checkpoint import read_unpacked
+
+    runs = tmp_path / "runs"
+    weights = {}
+    for name, mutual_epochs, privacy in (
+            ("start", 0, {"level": "none"}), ("plain", 1, {"level": "none"}),
+            ("private", 1, {"level": "sample", "noise_multiplier": 0.0, "clip_norm": 1e-6})):
+        config = tiny_config("DFML", rounds=1, local_epochs=0, mutual_epochs=mutual_epochs)
+        config["privacy"] = {"delta": 1e-3, **privacy}
+        assert run_cli("fit", "--config", write_config(tmp_path / f"{name}.yaml", config), "--run_dir", runs,
+                       "--name", name).rc == 0
+        clients = read_unpacked(runs / name / "checkpoints" / "last.ckpt")["federation"]["clients"]
+        weights[name] = [c["model"] for c in clients]
+
+    def moved(name: str) -> float:
+        return sum(float((w[k] - s[k]).double().pow(2).sum()) for w, s in zip(weights[name], weights["start"])
+                   for k in s if s[k].is_floating_point()) ** 0.5
+
+    assert 0 < moved("private") < 1e-2 * moved("plain")  # what moves it is weight decay, not the clipped gradients

@@ -53,6 +53,10 @@ class DFML(DecentralizedAlgorithm):
     #: DFML sec. 4.1: "the global accuracy of DFML is evaluated by examining the peak models" (global_acc is theirs)
     reports = "global_acc"
     exchange_dp = True  # privacy.level user: the senders' models and the aggregator's returns are releases
+    #: privacy.level sample: local training and the aggregator's mutual learning (a peer step with a data_loss: each
+    #: of the aggregator's samples clipped over all the models it trains) both run DP-SGD; noise distillation reads
+    #: no client data
+    sample_level_dp = True
 
     sequence_tasks = True  # learns from logits alone: runs on token sequences (lit_fl.data.tokens)
 

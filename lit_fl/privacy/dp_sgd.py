@@ -102,7 +102,11 @@ class _DataLoss(nn.Module):
 
 
 def _trainable(step: nn.Module) -> dict[str, nn.Parameter]:
-    return {f"step.{name}": p for name, p in step.named_parameters() if p.requires_grad}
+    """The parameters the step's optimizer trains, by name (a peer step names them: ``trainable_parameters``)."""
+    chosen = getattr(step, "trainable_parameters", None)
+    ids = {id(p) for p in chosen()} if callable(chosen) else None
+    return {f"step.{name}": p for name, p in step.named_parameters()
+            if p.requires_grad and (ids is None or id(p) in ids)}
 
 
 def data_loss(step: L.LightningModule, x: Tensor, y: Tensor, local_step: int) -> Tensor:

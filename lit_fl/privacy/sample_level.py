@@ -132,19 +132,26 @@ class SamplePrivacy:
     plan: SamplePlan
     state: PrivacyState
 
-    def phase(self, works: Sequence[ClientWork], plans: Sequence[Sequence[object]]) -> list[ClientNoise]:
+    def phase(self, works: Sequence[ClientWork], plans: Sequence[Sequence[object]]) -> list[ClientNoise | None]:
         """Every work's :class:`ClientNoise` (seeds drawn in the works' order, on every process alike), its steps
-        counted in its client's history; a work DP-SGD cannot take is one line."""
+        counted in the history of the client whose data it trains on (a peer step's: the client ``work.client``,
+        e.g. DFML's aggregator); None for a work on data-free batches (noise images); a work DP-SGD cannot take
+        is one line."""
         from lit_fl.data.batches import ClientBatches
+        from lit_fl.steps.noise import NoiseBatches
 
         for work in works:
-            if not hasattr(work.step, "data_loss") or work.owners is not None \
-                    or not isinstance(work.batches, ClientBatches):
+            if isinstance(work.batches, NoiseBatches):
+                continue
+            if not hasattr(work.step, "data_loss") or not isinstance(work.batches, ClientBatches):
                 raise ConfigError(f"privacy.level: sample (DP-SGD) takes client steps that define data_loss on the "
                                   f"client's own batches (docs/extending.md); {type(work.step).__name__} does not")
         seeds = torch.randint(0, 2**62, (len(works),), generator=self.state.noise).tolist()
-        noises = []
+        noises: list[ClientNoise | None] = []
         for work, plan, seed in zip(works, plans, seeds):
+            if isinstance(work.batches, NoiseBatches):
+                noises.append(None)
+                continue
             batches: ClientBatches = work.batches  # type: ignore[assignment]
             n = len(batches.indices)
             b = min(batches.batch_size, n)
@@ -153,6 +160,9 @@ class SamplePrivacy:
             noises.append(ClientNoise(int(seed), len(plan), b))
         return noises
 
-    def dp_sgd(self, noises: Sequence[ClientNoise]) -> DPSGD:
-        """The DP-SGD of a step that trains these clients."""
-        return DPSGD(self.plan.clip_norm, self.plan.noise_multiplier, tuple(noises))
+    def dp_sgd(self, noises: Sequence[ClientNoise | None]) -> DPSGD | None:
+        """The DP-SGD of a step that trains on these clients' data (None: data-free works)."""
+        if any(n is None for n in noises):
+            assert all(n is None for n in noises)  # a fused group is of one kind of batches
+            return None
+        return DPSGD(self.plan.clip_norm, self.plan.noise_multiplier, tuple(noises))  # type: ignore[arg-type]

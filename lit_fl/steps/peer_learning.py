@@ -19,6 +19,8 @@ import torch
 from torch import Tensor, nn
 
 from lit_fl.choices import SupervisedLoss
+from lit_fl.errors import ConfigError
+from lit_fl.privacy.dp_sgd import data_loss, dp_sgd_of
 from lit_fl.steps.fusion import FusedModels, fusion_groups, native_cpu_convolutions
 from lit_fl.steps.local_training import LOSSES
 from lit_fl.steps.optim import SGDConfig
@@ -82,12 +84,19 @@ class PeerLearningStep(L.LightningModule):
         """The sum of the trainable models' losses (the quantity whose backward trains them all)."""
         return (losses if self.learners is None else losses.index_select(0, self.learners)).sum()
 
+    def data_loss(self, x: Tensor, y: Tensor) -> Tensor:
+        """The sum of the trainable models' losses on the batch: every term reads the batch's samples (DP-SGD clips
+        each sample's gradient over all the trained models at once, :mod:`lit_fl.privacy.dp_sgd`)."""
+        return self.learning_loss(self.peer_losses(self.all_logits(x), y))
+
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         x, y = batch
         if self.local is not None:
+            if dp_sgd_of(self) is not None:
+                raise ConfigError("privacy.level: sample (DP-SGD) in a peer step over several processes (DFML's "
+                                  "mutual learning at trainer.devices > 1) is not built; run it on one device")
             return self._sharded_step(x, y)
-        logits = self.all_logits(x)
-        total = self.learning_loss(self.peer_losses(logits, y))
+        total = data_loss(self, x, y, batch_idx)
         count_loss(self, total)
         return total
 

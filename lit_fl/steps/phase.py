@@ -104,6 +104,10 @@ def run_phase(runner: StepRunner, works: Sequence[ClientWork | ValueWork | None]
             losses[k] = loss
     for k, owner in enumerate(owners):
         if owner == PEERS:  # every process takes part; the losses come out equal everywhere
+            if private is not None and noises is not None and (dp := private.dp_sgd([noises[k]])) is not None:
+                from lit_fl.privacy.dp_sgd import attach
+
+                attach(jobs[k].step, dp)
             losses[k] = run_peer_work(runner, jobs[k], plans[k])
     if placement.distributed:
         for job, owner in zip(jobs, owners):
