@@ -165,7 +165,7 @@ class Experiment:
             from lit_fl.privacy.exchange import plan_exchange_privacy, start_references
 
             federation.exchange_privacy = plan_exchange_privacy(self.privacy, federation.num_clients, self.rounds)
-            start_references(federation, federation.privacy_state)
+            start_references({c.id: c.model for c in federation.clients}, federation.privacy_state)
             return
         if self.privacy.level == "user":
             federation.privacy = privacy_plan(self.algorithm, self.privacy, federation.num_clients, self.rounds)
@@ -392,8 +392,8 @@ def sample_privacy_plan(algorithm: Algorithm, config: PrivacyConfig, federation:
     """The DP-SGD plan of ``config`` for ``algorithm`` on ``federation``'s clients; a method whose training phases
     cannot all take DP-SGD, or a BatchNorm model, is one line."""
     from lit_fl.algorithms.registry import ALGORITHMS
-    from lit_fl.privacy.dp_sgd import per_sample_refusal
     from lit_fl.privacy.sample_level import plan_sample_privacy
+    from lit_fl.steps.dp_sgd import per_sample_refusal
 
     if not getattr(algorithm, "sample_level_dp", False):
         takers = sorted(str(name) for name in ALGORITHMS if getattr(ALGORITHMS[name], "sample_level_dp", False))

@@ -1,4 +1,4 @@
-"""Sample-level DP-SGD (``privacy.level sample``, :mod:`lit_fl.privacy.dp_sgd`): per-sample clipping bounds each
+"""Sample-level DP-SGD (``privacy.level sample``, :mod:`lit_fl.steps.dp_sgd`): per-sample clipping bounds each
 client's update, a fused norm never mixes two clients, the noise has the stated deviation, fused and unfused phases
 give the same weights with the same draws, every client has its own accountant (Opacus's RDP accountant is the
 reference), and a run logs each client's epsilon, resumes exactly and refuses what DP-SGD cannot take in one line."""
@@ -19,13 +19,12 @@ from federations import snapshot, tiny_federation
 from lit_fl.algorithms import DFML, DecentralizedFedAvg, DecentralizedFedProx
 from lit_fl.errors import ConfigError
 from lit_fl.federation.state import Federation
-from lit_fl.privacy import dp_sgd
 from lit_fl.privacy.accounting import RDP_ORDERS, SampledGaussian, epsilon_of_steps
 from lit_fl.privacy.config import PrivacyConfig
-from lit_fl.privacy.dp_sgd import DPSGD, ClientNoise
 from lit_fl.privacy.sample_level import SamplePrivacy, plan_sample_privacy
 from lit_fl.privacy.state import PrivacyState
-from lit_fl.steps import StepRunner
+from lit_fl.steps import StepRunner, dp_sgd
+from lit_fl.steps.dp_sgd import DPSGD, ClientNoise
 from lit_fl.steps.fusion import native_cpu_convolutions
 from lit_fl.tracking import read_metrics
 

@@ -67,7 +67,7 @@ SHORTER["feddf"] += ["--algorithm.distill_steps", "10"]
 SERVER_BASED = {"codistillation", "merged_codist", "dsfl", "fdmeta", "feddf", "fedkemf", "fedmd", "fedntd", "fedorion",
                 "ktpfl", "scaffold", "serverfedavg", "serverfedprox", "dp_fedavg"}
 #: the mnist5k configs of local training alone: no transfer at all (no topology, and faults refused)
-LOCAL_ONLY = {"local", "dp_local"}
+LOCAL_ONLY = {"local", "dp_local", "dp_sgd_local"}
 
 
 def reported_column(path: Path) -> str:

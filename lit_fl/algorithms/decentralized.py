@@ -95,7 +95,7 @@ class DecentralizedAlgorithm(PeerAlgorithm):
         back = {c.id for c in returned}
         for sender in plan.arrived[receiver.id]:
             if sender.id in back:
-                adopt(federation.privacy_state, sender)
+                adopt(federation.privacy_state, sender.id, sender.model)
             else:
                 sender.set_weights(plan.state["own"][sender.id])
 

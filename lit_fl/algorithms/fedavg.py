@@ -46,7 +46,7 @@ class DecentralizedFedAvg(DecentralizedAlgorithm):
         if private:
             from lit_fl.privacy.exchange import adopt
 
-            adopt(federation.privacy_state, receiver)
+            adopt(federation.privacy_state, receiver.id, receiver.model)
 
     def aggregate(self, round_: int, federation: Federation, clients: list[Client]) -> None:
         """At the aggregator: every same-architecture cluster of ``clients`` gets its Eq. 5 average."""

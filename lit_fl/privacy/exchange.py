@@ -32,7 +32,8 @@ from lit_fl.privacy.accounting import SampledGaussian, calibrate_noise, epsilon_
 from lit_fl.privacy.config import MAX_NOISE_MULTIPLIER, PrivacyConfig
 
 if TYPE_CHECKING:
-    from lit_fl.federation.state import Client, Federation
+    from torch import nn
+
     from lit_fl.privacy.state import PrivacyState
 
 Weights = dict[str, Tensor]
@@ -97,10 +98,11 @@ def plan_exchange_privacy(config: PrivacyConfig, num_clients: int, rounds: int) 
     return ExchangePlan(config, sigma, delta)
 
 
-def start_references(federation: Federation, state: PrivacyState) -> None:
-    """Every client's first public reference: its initial weights (a run's start, before any training)."""
-    for client in federation.clients:
-        state.references[client.id] = _copy(client.model.state_dict())
+def start_references(models: Mapping[int, nn.Module], state: PrivacyState) -> None:
+    """Every client's first public reference (``models``: client id -> its model): its initial weights (a run's
+    start, before any training)."""
+    for client, model in models.items():
+        state.references[client] = _copy(model.state_dict())
 
 
 def released(plan: ExchangePlan, state: PrivacyState, owner: int, weights: Mapping[str, Tensor]) -> Weights:
@@ -132,10 +134,10 @@ def released_jointly(plan: ExchangePlan, state: PrivacyState, owner: int, weight
     return out
 
 
-def adopt(state: PrivacyState, client: Client) -> None:
-    """``client`` now holds a model built from releases alone (an average of released models, a noised return): it
-    is its new public reference."""
-    state.references[client.id] = _copy(client.model.state_dict())
+def adopt(state: PrivacyState, client: int, model: nn.Module) -> None:
+    """Client ``client`` now holds ``model``, built from releases alone (an average of released models, a noised
+    return): it is its new public reference."""
+    state.references[client] = _copy(model.state_dict())
 
 
 def _copy(weights: Mapping[str, Tensor]) -> Weights:

@@ -1,4 +1,4 @@
-"""Sample-level differential privacy: DP-SGD in every client training phase (:mod:`lit_fl.privacy.dp_sgd`), with an
+"""Sample-level differential privacy: DP-SGD in every client training phase (:mod:`lit_fl.steps.dp_sgd`), with an
 accountant per client.
 
 Each client is its own privacy unit holder: the records are its train samples, and every DP-SGD step it takes is a
@@ -23,7 +23,7 @@ import torch
 from lit_fl.errors import ConfigError
 from lit_fl.privacy.accounting import SampledGaussian, calibrate_noise, epsilon_of_steps
 from lit_fl.privacy.config import MAX_NOISE_MULTIPLIER, PrivacyConfig
-from lit_fl.privacy.dp_sgd import DPSGD, ClientNoise
+from lit_fl.steps.dp_sgd import DPSGD, ClientNoise
 
 if TYPE_CHECKING:
     from lit_fl.privacy.state import PrivacyState

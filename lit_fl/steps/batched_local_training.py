@@ -11,8 +11,8 @@ from torch import Tensor, nn
 
 from lit_fl.choices import SupervisedLoss
 from lit_fl.losses import at_least_float32, batched_supervised_losses
-from lit_fl.privacy.dp_sgd import client_data_losses
 from lit_fl.steps.batched import BatchedClientStep, FusedSlot, per_sample
+from lit_fl.steps.dp_sgd import client_data_losses
 from lit_fl.steps.optim import SGDConfig
 
 __all__ = ["BatchedAuxProximalTraining", "BatchedLocalTraining", "per_sample"]
@@ -64,7 +64,7 @@ class BatchedLocalTraining(BatchedClientStep):
 
     def data_loss(self, x: Tensor, y: Tensor, weight: Tensor) -> Tensor:
         """Every client's batch mean of the supervised loss ``[G]``: the term that reads the clients' data (DP-SGD
-        clips its per-sample gradients, :mod:`lit_fl.privacy.dp_sgd`)."""
+        clips its per-sample gradients, :mod:`lit_fl.steps.dp_sgd`)."""
         return batched_supervised_losses(self.slot_logits(0, x), y, weight, self.class_proportions, self.loss_name)
 
     def client_losses(self, x: Tensor, y: Tensor, weight: Tensor) -> Tensor:

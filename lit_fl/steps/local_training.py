@@ -11,7 +11,7 @@ from torch import Tensor, nn
 
 from lit_fl.choices import SupervisedLoss
 from lit_fl.losses import LOSSES
-from lit_fl.privacy.dp_sgd import data_loss
+from lit_fl.steps.dp_sgd import data_loss
 from lit_fl.steps.optim import SGDConfig
 from lit_fl.steps.step_loss import count_loss, reset_loss_counter
 
@@ -45,7 +45,7 @@ class LocalTraining(L.LightningModule):
 
     def data_loss(self, x: Tensor, y: Tensor) -> Tensor:
         """The batch mean of the supervised loss: the term that reads the client's data (DP-SGD clips its per-sample
-        gradients, :mod:`lit_fl.privacy.dp_sgd`)."""
+        gradients, :mod:`lit_fl.steps.dp_sgd`)."""
         return self.loss_fn(self.model(x), y, self.class_proportions)
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from lit_fl.choices import SupervisedLoss
 from lit_fl.errors import ConfigError
-from lit_fl.privacy.dp_sgd import data_loss, dp_sgd_of
+from lit_fl.steps.dp_sgd import data_loss, dp_sgd_of
 from lit_fl.steps.fusion import FusedModels, fusion_groups, native_cpu_convolutions
 from lit_fl.steps.local_training import LOSSES
 from lit_fl.steps.optim import SGDConfig
@@ -86,7 +86,7 @@ class PeerLearningStep(L.LightningModule):
 
     def data_loss(self, x: Tensor, y: Tensor) -> Tensor:
         """The sum of the trainable models' losses on the batch: every term reads the batch's samples (DP-SGD clips
-        each sample's gradient over all the trained models at once, :mod:`lit_fl.privacy.dp_sgd`)."""
+        each sample's gradient over all the trained models at once, :mod:`lit_fl.steps.dp_sgd`)."""
         return self.learning_loss(self.peer_losses(self.all_logits(x), y))
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:

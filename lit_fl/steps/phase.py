@@ -44,7 +44,7 @@ from lit_fl.steps.unfused import say_unfused
 from lit_fl.steps.work_result import WorkResult
 
 if TYPE_CHECKING:
-    from lit_fl.privacy.dp_sgd import DPSGD
+    from lit_fl.steps.dp_sgd import DPSGD
     from lit_fl.steps.predict import ValueWork
     from lit_fl.steps.runner import StepRunner
 
@@ -105,7 +105,7 @@ def run_phase(runner: StepRunner, works: Sequence[ClientWork | ValueWork | None]
     for k, owner in enumerate(owners):
         if owner == PEERS:  # every process takes part; the losses come out equal everywhere
             if private is not None and noises is not None and (dp := private.dp_sgd([noises[k]])) is not None:
-                from lit_fl.privacy.dp_sgd import attach
+                from lit_fl.steps.dp_sgd import attach
 
                 attach(jobs[k].step, dp)
             losses[k] = run_peer_work(runner, jobs[k], plans[k])
@@ -208,7 +208,7 @@ def _run_group(
     runner: StepRunner, jobs: list[ClientWork], plans: list[list[PlannedBatch]], batched: bool, dp: DPSGD | None
 ) -> list[float]:
     """One work alone, or works as one batched step (under DP-SGD, ``dp`` of their clients); their mean losses."""
-    from lit_fl.privacy.dp_sgd import attach
+    from lit_fl.steps.dp_sgd import attach
 
     if not batched:
         job, plan = jobs[0], plans[0]

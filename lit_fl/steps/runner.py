@@ -27,7 +27,7 @@ from lit_fl.steps.step_loss import has_loss_counter, phase_loss  # phase_loss: i
 if TYPE_CHECKING:
     import lightning as L
 
-    from lit_fl.privacy.sample_level import SamplePrivacy
+    from lit_fl.steps.dp_sgd import PhasePrivacy
     from lit_fl.steps.phase import ClientWork, WorkResult
     from lit_fl.steps.predict import ValueWork
 
@@ -76,7 +76,7 @@ class StepRunner:
         self.fuse = fuse == "on" or (fuse == "auto" and self.device.type == "cuda")
         self.placement = Placement((), self.fabric.global_rank, self.fabric.world_size)
         #: DP-SGD of every client training phase (``privacy.level sample``; set by the experiment), or None
-        self.sample_privacy: SamplePrivacy | None = None
+        self.sample_privacy: PhasePrivacy | None = None
 
     @property
     def device(self) -> torch.device:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 from torch import Tensor, nn
@@ -63,6 +63,19 @@ class DPSGD:
     clip_norm: float
     noise_multiplier: float
     clients: tuple[ClientNoise, ...]
+
+
+class PhasePrivacy(Protocol):
+    """What the phase runner asks of DP-SGD (``runner.sample_privacy``; lit-fl's is
+    :class:`lit_fl.privacy.sample_level.SamplePrivacy`, which also keeps every client's accountant)."""
+
+    def phase(self, works: Sequence[Any], plans: Sequence[Sequence[object]]) -> list[ClientNoise | None]:
+        """Every work's noise stream (None: a work on data-free batches), drawn in the works' order."""
+        ...
+
+    def dp_sgd(self, noises: Sequence[ClientNoise | None]) -> DPSGD | None:
+        """The DP-SGD of a step that trains on these clients' data."""
+        ...
 
 
 def dp_sgd_of(step: nn.Module) -> DPSGD | None:
