@@ -32,11 +32,12 @@ from lit_fl.lazy import eager_init_annotations
 from lit_fl.privacy.config import PrivacyConfig
 from lit_fl.run_dir import RunDir
 from lit_fl.run_identity import IDENTITY_KEYS, RunIdentity, identity_sections
+from lit_fl.system.config import SystemConfig
 from lit_fl.tracking import MetricsCSV, RoundProgress, WandbTracker, read_metrics
 from lit_fl.validation import check_output_folder
 
 if TYPE_CHECKING:
-    from lit_fl.federation.state import Federation
+    from lit_fl.federation.state import Client, Federation
     from lit_fl.privacy.plan import PrivacyPlan
     from lit_fl.privacy.sample_level import SamplePlan
     from lit_fl.steps.runner import StepRunner
@@ -63,6 +64,7 @@ class Experiment:
         faults: simulated sender failures and lost returns.
         privacy: differential privacy (docs/privacy.md): user-level (DP-FedAvg on server methods, every release
             clipped and noised on decentralized ones) or sample-level (DP-SGD in every client training phase).
+        system: client compute rates, links and availability; the virtual clock (docs/system.md).
         seed: seeds partition, initialisation, selection and data order.
         rounds: communication rounds T.
         eval_every: evaluate every this many rounds (round eval_every, 2 * eval_every, ...; the last round only when
@@ -82,6 +84,7 @@ class Experiment:
         topology: TopologyConfig = TopologyConfig(),  # noqa: B008 - frozen defaults, never mutated
         faults: FaultsConfig = FaultsConfig(),  # noqa: B008
         privacy: PrivacyConfig = PrivacyConfig(),  # noqa: B008
+        system: SystemConfig = SystemConfig(),  # noqa: B008
         seed: NonNegativeInt = 0,
         rounds: PositiveInt = 100,
         eval_every: PositiveInt = 1,
@@ -95,6 +98,7 @@ class Experiment:
         self.trainer, self.logger = trainer, logger
         self.topology, self.faults = topology or TopologyConfig(), faults or FaultsConfig()
         self.privacy = privacy or PrivacyConfig()
+        self.system = system or SystemConfig()
         self.seed, self.rounds, self.eval_every, self.checkpoint_every = seed, rounds, eval_every, checkpoint_every
         self.run_dir, self.name = Path(run_dir), name
         self.run_path: Path | None = None  #: the run directory, once :meth:`fit` has resolved it
@@ -151,6 +155,12 @@ class Experiment:
         )
         if self.privacy.enabled:
             self._private(federation, runner)
+        if self.system.clock:
+            from lit_fl.system.profiles import build_systems
+
+            federation.systems = build_systems(self.system, federation.num_clients, self.seed)
+            federation.system_config = self.system
+            check_system(self.system, self.algorithm, federation)
         self.algorithm.setup(federation)
         runner.place(federation.client_costs())
         return federation, runner
@@ -404,6 +414,34 @@ def sample_privacy_plan(algorithm: Algorithm, config: PrivacyConfig, federation:
         raise ConfigError(refusal)
     return plan_sample_privacy(config, [c.num_train for c in federation.clients], algorithm.batch_size,
                                algorithm.local_epochs, rounds)
+
+
+def check_system(config: SystemConfig, algorithm: Algorithm, federation: Federation) -> None:
+    """The clock's policies: a server method's only, and a deadline some client can meet (its download, its local
+    epochs over its data and its upload, at its rate and link); one line otherwise."""
+    from lit_fl.algorithms.server import ServerAlgorithm
+
+    if not config.policies:
+        return
+    if not isinstance(algorithm, ServerAlgorithm):
+        raise ConfigError(f"system.deadline_s, system.over_selection: a server method's round policies; "
+                          f"{algorithm.name} has no server waiting for updates")
+    if config.deadline_s is None or federation.systems is None:
+        return
+    from lit_fl.federation.ledger import model_megabytes
+    from lit_fl.system.clock import MEGABITS_PER_MB
+
+    def fastest(client: Client) -> float:
+        system = federation.systems[client.id]  # type: ignore[index]
+        megabits = model_megabytes(client.model) * MEGABITS_PER_MB
+        params = sum(p.numel() for p in client.model.parameters()) / 1e6
+        return (2 * system.latency_s + megabits / system.download_mbps + megabits / system.upload_mbps
+                + system.compute_s(algorithm.local_epochs * client.num_train * params))
+
+    best = min(fastest(c) for c in federation.clients)
+    if best > config.deadline_s:
+        raise ConfigError(f"system.deadline_s: {config.deadline_s:g} s is shorter than any client's round (the "
+                          f"fastest takes {best:.3g} s to download, train and upload); raise it")
 
 
 def topology_used(algorithm: Algorithm, federation: Federation) -> str:

@@ -17,17 +17,20 @@ from typing import Any
 
 #: Config keys that decide what a run computes: they must match between a run directory and the config it is
 #: resumed with, and between its checkpoint and its config.
-IDENTITY_KEYS = ("seed", "algorithm", "data", "models", "topology", "faults", "eval_every", "privacy")
+IDENTITY_KEYS = ("seed", "algorithm", "data", "models", "topology", "faults", "eval_every", "privacy", "system")
 
 
 def identity_sections(config: dict[str, Any]) -> dict[str, Any]:
     """The :data:`IDENTITY_KEYS` sections of ``config``; ``privacy`` only when it is on (``level`` other than
-    ``none``), so a run without privacy has the identity it had before lit-fl had the section (its checkpoints and
-    run directories resume as they did)."""
+    ``none``) and ``system`` only when its clock runs, so a run without them has the identity it had before lit-fl
+    had the sections (its checkpoints and run directories resume as they did)."""
     sections = {key: config.get(key) for key in IDENTITY_KEYS}
     privacy = sections.get("privacy")
     if not isinstance(privacy, dict) or privacy.get("level", "none") == "none":
         del sections["privacy"]
+    system = sections.get("system")
+    if not isinstance(system, dict) or not system.get("clock", False):
+        del sections["system"]
     return sections
 
 

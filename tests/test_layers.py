@@ -44,7 +44,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("validation",),  # the whole config's checks before a run starts
     ("algorithms",),
     ("federation",),
-    ("privacy",),  # differential privacy: its config, accounting and mechanisms
+    ("privacy", "system"),  # differential privacy; client systems and the virtual clock
     ("config",),  # the typed config sections of data and models
     ("steps",),
     ("losses",),

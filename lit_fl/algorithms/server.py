@@ -40,7 +40,7 @@ from lit_fl.algorithms.base import Algorithm, RoundResult, nanmean, phase_losses
 from lit_fl.algorithms.requirements import SERVER_BASED
 from lit_fl.algorithms.updates import GLOBAL, ClientUpdate, UpdateTransform, apply_transforms
 from lit_fl.federation.endpoints import SERVER
-from lit_fl.federation.selection import select_fraction, select_poisson
+from lit_fl.federation.selection import cohort, select_available, select_fraction, select_poisson
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -105,11 +105,14 @@ class ServerAlgorithm(Algorithm):
         works = [self.broadcast(client, starts, federation, ledger) for client in selected]
         results = runner.run_phase(works)
         collected = self.collect_all(selected, works, results, federation, runner, ledger)
-        updates = apply_transforms(self.update_transforms(), [u for u in collected if u is not None])
+        arrived, time_metrics = in_time([u for u in collected if u is not None], federation, ledger,
+                                        self.cohort_size(federation))
+        updates = apply_transforms(self.update_transforms(), arrived)
         updates, privacy_metrics = self._private(updates, federation, round_)
         extra = self.server_update(updates, federation, runner)
         result = RoundResult(senders=tuple(u.client for u in updates if u.client != SERVER),
-                             train_loss=nanmean(phase_losses(results)), extra={**extra, **privacy_metrics})
+                             train_loss=nanmean(phase_losses(results)),
+                             extra={**extra, **privacy_metrics, **time_metrics})
         return self.send_back(selected, updates, result, federation, runner, ledger)
 
     def select(self, federation: Federation) -> list[int]:
@@ -118,7 +121,14 @@ class ServerAlgorithm(Algorithm):
         ``client_fraction`` (possibly none), as its accounting assumes."""
         if federation.privacy is not None and federation.privacy.config.client_sampling == "poisson":
             return select_poisson(federation, self.client_fraction)
+        system = federation.system_config
+        if system is not None and (system.over_selection > 0 or system.availability_trace is not None):
+            return select_available(federation, self.client_fraction, system.over_selection)
         return select_fraction(federation, self.client_fraction)
+
+    def cohort_size(self, federation: Federation) -> int:
+        """How many updates a round uses at most: ``round(client_fraction * N)`` (over-selection keeps that many)."""
+        return cohort(federation.num_clients, self.client_fraction)
 
     def participants(self, federation: Federation) -> list[Client]:
         """The round's participants, in the order they are broadcast to, trained and collected: the clients of
@@ -231,3 +241,25 @@ def check_checkpoint(what: str, saved: Any, built: Any) -> None:
         from lit_fl.errors import ConfigError
 
         raise ConfigError(f"checkpoint: {what} {saved}, this config builds {built}")
+
+
+def in_time(updates: list[ClientUpdate], federation: Federation, ledger: CommunicationLedger,
+            cohort_size: int) -> tuple[list[ClientUpdate], dict[str, float]]:
+    """The updates a server uses under the virtual clock's policies (``system.deadline_s``: those that arrived by
+    the deadline; ``system.over_selection``: the first ``cohort_size`` to arrive), in their order, and the round's
+    ``late_updates``; the time the server stopped waiting goes to ``ledger.cutoff_s``. Without policies: all."""
+    system = federation.system_config
+    if system is None or not system.policies or federation.systems is None:
+        return updates, {}
+    from lit_fl.system.clock import round_time
+
+    finished = round_time(ledger.events, federation.systems, SERVER).finished
+    arrivals = sorted((finished.get(u.client, 0.0), i) for i, u in enumerate(updates))
+    deadline = system.deadline_s
+    on_time = [(t, i) for t, i in arrivals if deadline is None or t <= deadline]
+    kept = on_time[:cohort_size] if system.over_selection > 0 else on_time
+    if len(kept) < len(arrivals):
+        full = system.over_selection > 0 and len(kept) == cohort_size
+        ledger.cutoff_s = kept[-1][0] if full else deadline
+    chosen = sorted(i for _, i in kept)
+    return [updates[i] for i in chosen], {"late_updates": float(len(arrivals) - len(kept))}

@@ -13,6 +13,7 @@ from torch import Tensor, nn
 
 from lit_fl.federation.endpoints import SERVER
 from lit_fl.federation.faults import FaultsConfig
+from lit_fl.system.clock import Transfer, Work
 
 if TYPE_CHECKING:
     import numpy as np
@@ -82,6 +83,12 @@ class CommunicationLedger:
     #: ``topology.relay``: a send to a non-neighbour is refused)
     topology: Topology | None = None
     round_faults: RoundFaults = field(default_factory=RoundFaults)
+    #: the round's transfers and client work in the order they happened (the virtual clock's input,
+    #: :mod:`lit_fl.system.clock`); work is recorded only while a clock runs (:meth:`record_work`)
+    events: list[Transfer | Work] = field(default_factory=list)
+    #: when a server stopped waiting for updates this round (a deadline, over-selection's last kept update), in
+    #: virtual seconds from the round's start; None: it waited for every one
+    cutoff_s: float | None = None
     _links: dict[tuple[int, int], bool] = field(default_factory=dict, repr=False)
     _returns: dict[tuple[int, int], bool] = field(default_factory=dict, repr=False)
 
@@ -95,6 +102,8 @@ class CommunicationLedger:
         self.transfers = []
         self.round_faults = RoundFaults()
         self._links, self._returns = {}, {}
+        self.events = []
+        self.cutoff_s = None
 
     def reaches(self, source: int, target: int) -> bool:
         """Whether ``source`` reaches ``target`` this round (False: it fails before sending, ``faults.drop_prob``);
@@ -152,6 +161,12 @@ class CommunicationLedger:
             self.round_sent_mb += mb
         self.total_mb += mb
         self.transfers.append((source, target, mb))
+        self.events.append(Transfer(source, target, mb))
+
+    def record_work(self, client: int, sample_mparams: float) -> None:
+        """``client`` trained on samples worth ``sample_mparams`` (samples times its models' millions of parameters);
+        the phase runner calls it while the virtual clock runs."""
+        self.events.append(Work(client, sample_mparams))
 
     def _fails(self, probability: float) -> bool:
         """One failure draw (no draw at all when the probability is 0, so faults off never move the stream)."""

@@ -82,9 +82,12 @@ class RoundLoop:
     def run_round(self, round_: int) -> dict[str, float] | None:
         """One round, then its metric row if the round is evaluated (``None`` otherwise)."""
         self.ledger.start_round()
+        clock = self.federation.systems is not None
+        self.runner.work_log = self.ledger.record_work if clock else None
         start = time.perf_counter()
         result = self.algorithm.run_round(round_, self.federation, self.runner, self.ledger)
         round_s = time.perf_counter() - start
+        timed = self._charge_time() if clock else {}
         fault_point(f"round:{round_}")
         self.federation.round = round_
         if round_ % self.eval_every != 0:  # the last round too: a run pays for the evaluations it asks for
@@ -107,11 +110,23 @@ class RoundLoop:
             **self.ledger.round_faults.as_metrics(),  # every method's transfers fail in the ledger
             **result.extra,
             **self._privacy_metrics(),
+            **timed,
         }
         self.history.append(row)
         for callback in self.callbacks:
             callback.on_round(round_, row)
         return row
+
+    def _charge_time(self) -> dict[str, float]:
+        """The round on the virtual clock (:mod:`lit_fl.system.clock`): ``round_virtual_s`` and the run's
+        ``virtual_s`` so far."""
+        from lit_fl.federation.endpoints import SERVER
+        from lit_fl.system.clock import round_time
+
+        assert self.federation.systems is not None
+        seconds = round_time(self.ledger.events, self.federation.systems, SERVER, self.ledger.cutoff_s).seconds
+        self.federation.virtual_s += seconds
+        return {"virtual_s": self.federation.virtual_s, "round_virtual_s": seconds}
 
     def _privacy_metrics(self) -> dict[str, float]:
         """The columns of DP with a per-client accountant (DP-SGD, DP on decentralized exchanges): every client's

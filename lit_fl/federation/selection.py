@@ -62,13 +62,30 @@ def select_participants(
     return Participants(aggregator=aggregator, senders=tuple(int(s) for s in np.sort(senders)))
 
 
+def cohort(num_clients: int, fraction: float) -> int:
+    """``round(fraction * N)``, half up, at least 1, at most N."""
+    return int(min(max(math.floor(fraction * num_clients + 0.5), 1), num_clients))
+
+
 def select_fraction(federation: Federation, fraction: float) -> list[int]:
     """``round(fraction * N)`` distinct clients (half up, at least 1, at most N) drawn from
     ``federation.rng.selection``, sorted: the sampled clients of FedORION (30% a round), SCAFFOLD, server FedAvg and
     the distillation baselines."""
     n = federation.num_clients
-    count = int(min(max(math.floor(fraction * n + 0.5), 1), n))
+    count = cohort(n, fraction)
     return sorted(int(c) for c in federation.rng.selection.choice(n, size=count, replace=False))
+
+
+def select_available(federation: Federation, fraction: float, over_selection: float = 0.0) -> list[int]:
+    """Under the virtual clock: ``ceil(cohort * (1 + over_selection))`` distinct clients among those available at
+    the round's start (``federation.virtual_s``; an offline client cannot be selected), at most all of them, drawn
+    from ``federation.rng.selection``, sorted; none when nobody is there."""
+    assert federation.systems is not None
+    there = [c for c, system in enumerate(federation.systems) if system.available(federation.virtual_s)]
+    count = min(math.ceil(cohort(federation.num_clients, fraction) * (1 + over_selection) - 1e-9), len(there))
+    if count == 0:
+        return []
+    return sorted(int(there[i]) for i in federation.rng.selection.choice(len(there), size=count, replace=False))
 
 
 def select_poisson(federation: Federation, rate: float) -> list[int]:

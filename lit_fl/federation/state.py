@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from lit_fl.privacy.plan import PrivacyPlan
     from lit_fl.privacy.sample_level import SamplePlan
     from lit_fl.privacy.state import PrivacyState
+    from lit_fl.system.config import SystemConfig
+    from lit_fl.system.profiles import ClientSystem
 
 
 class WeightsToken:
@@ -222,6 +224,11 @@ class Federation:
         #: reference and releases are in :attr:`privacy_state`. None without it.
         self.exchange_privacy: ExchangePlan | None = None
         self.privacy_state: PrivacyState | None = None
+        #: Every client's system (``system.clock``: compute rate, link, availability) and the virtual seconds the
+        #: rounds took so far (checkpointed); None without the clock.
+        self.systems: list[ClientSystem] | None = None
+        self.system_config: SystemConfig | None = None
+        self.virtual_s = 0.0
 
     @property
     def num_clients(self) -> int:
@@ -249,6 +256,8 @@ class Federation:
         }
         if self.privacy_state is not None:
             state["privacy"] = self.privacy_state.state_dict()
+        if self.systems is not None:
+            state["virtual_s"] = self.virtual_s
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -258,6 +267,7 @@ class Federation:
         self.rng.load_state_dict(state["rng"])
         if self.privacy_state is not None and "privacy" in state:
             self.privacy_state.load_state_dict(state["privacy"])
+        self.virtual_s = float(state.get("virtual_s", 0.0))
         for name, server_state in state["server"].items():
             self.server[name].load_state_dict(server_state)
         for client, saved in zip(self.clients, state["clients"]):

@@ -90,6 +90,9 @@ def run_phase(runner: StepRunner, works: Sequence[ClientWork | ValueWork | None]
     jobs: list[ClientWork] = [works[n] for n in todo]  # type: ignore[misc]
     say_unfused(runner, jobs)  # once per step class and run, a line naming a step that cannot fuse
     plans = [job.batches.plan() for job in jobs]  # every process draws every order, in the works' order
+    if runner.work_log is not None:  # the virtual clock charges every work where it is drawn, on every process
+        for job, plan in zip(jobs, plans):
+            runner.work_log(job.client, work_cost(job, plan))
     private = runner.sample_privacy
     noises = private.phase(jobs, plans) if private is not None else None  # DP-SGD: seeds drawn, steps counted
     placement = runner.placement
@@ -185,6 +188,14 @@ def work_kind(job: ClientWork) -> Hashable:
     if key is None:
         return ("alone", job.client, id(job.step))
     return (key, tuple(signature(m) for m in _models_of(job.step)))
+
+
+def work_cost(job: ClientWork, plan: Sequence[Any]) -> float:
+    """What a work costs the virtual clock: the samples of its batches times the millions of parameters of the
+    models its step trains (a batch without sample indices, noise images, counts as its batch of the step's size)."""
+    samples = sum(len(p.indices) if hasattr(p, "indices") else getattr(job.batches, "batch_size", 0) for p in plan)
+    params = sum(p.numel() for m in _models_of(job.step) for p in m.parameters() if p.requires_grad)
+    return samples * params / 1e6
 
 
 def _models_of(step: L.LightningModule) -> list:

@@ -13,7 +13,7 @@ placement with far less per-call overhead than building a Trainer for every clie
 from __future__ import annotations
 
 import atexit
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING
 
@@ -77,6 +77,9 @@ class StepRunner:
         self.placement = Placement((), self.fabric.global_rank, self.fabric.world_size)
         #: DP-SGD of every client training phase (``privacy.level sample``; set by the experiment), or None
         self.sample_privacy: PhasePrivacy | None = None
+        #: where the phase runner reports the work it runs (client id, samples times millions of parameters) while a
+        #: virtual clock runs (the round loop sets it: the ledger's ``record_work``), or None
+        self.work_log: Callable[[int, float], None] | None = None
 
     @property
     def device(self) -> torch.device:

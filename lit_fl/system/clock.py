@@ -1,0 +1,81 @@
+"""The virtual clock: a round's time from what its clients did, in the order they did it.
+
+A round is a sequence of events, as the round recorded them: transfers (the ledger's: source, target, megabytes)
+and work (the phase runner's: a client trained on samples worth so many million parameters). Every client has a
+ready time, starting at the round's start:
+
+* work by client c ends at ``ready[c] + sample_mparams / rate_c``;
+* a transfer from s to t starts when both are ready and lasts ``latency + 8 MB / min(upload_s, download_t)`` (the
+  server's side is never the bottleneck: it sends and receives in parallel, at the client's link);
+* both ends are ready again when it ends.
+
+The round's time is the latest ready time of a client that took part; a client's own time is its ready time. So a
+server round is download, training and upload of its slowest client; an aggregator waits for the last model to
+arrive before its mutual learning, and its returns follow. What is not charged: the server's own computation,
+evaluation, and a client's time between rounds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from lit_fl.system.profiles import ClientSystem
+
+#: megabits per megabyte (the ledger's MB are 2^20 bytes; links are 10^6 bit/s)
+MEGABITS_PER_MB = 8 * 1024 * 1024 / 1e6
+
+
+@dataclass(frozen=True)
+class Transfer:
+    source: int
+    target: int
+    mb: float
+
+
+@dataclass(frozen=True)
+class Work:
+    client: int
+    sample_mparams: float
+
+
+Event = Transfer | Work
+
+
+@dataclass(frozen=True)
+class RoundTime:
+    """A round on the clock: its seconds, and every client's time within it (clients that did nothing absent)."""
+
+    seconds: float
+    finished: dict[int, float]
+
+
+def round_time(events: Sequence[Event], systems: Sequence[ClientSystem], server: int,
+               cutoff_s: float | None = None) -> RoundTime:
+    """Charge ``events`` (in order) to the clients' ``systems``; ``server`` is the server's endpoint id. With
+    ``cutoff_s`` (the server stopped waiting then: a deadline, or the last update over-selection kept) the round
+    lasts that long."""
+    ready: dict[int, float] = {}
+    for event in events:
+        if isinstance(event, Work):
+            ready[event.client] = ready.get(event.client, 0.0) + systems[event.client].compute_s(event.sample_mparams)
+            continue
+        ends = [e for e in (event.source, event.target) if e != server]
+        start = max((ready.get(e, 0.0) for e in ends), default=0.0)
+        end = start + transfer_s(event, systems, server)
+        for e in ends:
+            ready[e] = end
+    seconds = max(ready.values(), default=0.0) if cutoff_s is None else cutoff_s
+    return RoundTime(seconds, ready)
+
+
+def transfer_s(event: Transfer, systems: Sequence[ClientSystem], server: int) -> float:
+    """Seconds of one transfer: latency plus its megabits over the slower of the sender's upload and the
+    receiver's download (the server's link is never the slower)."""
+    rates = []
+    if event.source != server:
+        rates.append(systems[event.source].upload_mbps)
+    if event.target != server:
+        rates.append(systems[event.target].download_mbps)
+    latency = max([systems[e].latency_s for e in (event.source, event.target) if e != server], default=0.0)
+    return latency + event.mb * MEGABITS_PER_MB / min(rates) if rates else 0.0
