@@ -24,7 +24,7 @@ PAPER_LOSS = {
     "FederatedDropout": "wsm", "Local": "ce", "FedPer": "ce", "UAPDFL": "ce", "DFedAvgM": "ce", "FedORION": "ce",
     "PeriodicCodist": "ce", "MergedCodist": "ce", "SCAFFOLD": "ce", "DisPFL": "ce", "CriticalFL": "ce",
     "ServerFedAvg": "ce", "ServerFedProx": "ce", "FedNTD": "ce", "FedDF": "ce", "KTpFL": "ce", "FedKEMF": "ce",
-    "FDmeta": "ce", "FedMD": "ce", "DSFL": "ce",
+    "FDmeta": "ce", "FedMD": "ce", "DSFL": "ce", "FedAsync": "ce", "FedBuff": "ce",
 }
 
 
@@ -45,7 +45,7 @@ PAPER_REPORTS = {
                      "FederatedDropout", "DefKT", "FullAvg", "Combo", "FedMD", "KTpFL"], "global_acc"),
     **dict.fromkeys(["UAPDFL", "FedPer", "Local", "CriticalFL", "DFedAvgM", "DisPFL"], "local_acc"),
     **dict.fromkeys(["FedORION", "FedDF", "DSFL", "FedKEMF", "FDmeta", "ServerFedAvg", "ServerFedProx", "FedNTD",
-                     "SCAFFOLD"], "server_acc/global"),
+                     "SCAFFOLD", "FedAsync", "FedBuff"], "server_acc/global"),
     **dict.fromkeys(["PeriodicCodist", "MergedCodist"], "server_acc/large"),
 }
 

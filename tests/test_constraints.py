@@ -88,6 +88,7 @@ NOT_KEY_RULES = {
     "algorithms/criticalfl.py:min_peers",
     "steps/target_distillation.py", "steps/not_true_distillation.py",
     "algorithms/dsfl.py:the", "algorithms/fdmeta_logits.py:aggregate_logits",
+    "system/traces.py",  # the values inside a trace file, not config keys
 }
 
 

@@ -65,7 +65,7 @@ SHORTER["feddf"] += ["--algorithm.distill_steps", "10"]
 
 #: the mnist5k configs of server methods: every client reaches the server, no topology (summary.json says so)
 SERVER_BASED = {"codistillation", "merged_codist", "dsfl", "fdmeta", "feddf", "fedkemf", "fedmd", "fedntd", "fedorion",
-                "ktpfl", "scaffold", "serverfedavg", "serverfedprox", "dp_fedavg"}
+                "ktpfl", "scaffold", "serverfedavg", "serverfedprox", "dp_fedavg", "fedasync", "fedbuff"}
 #: the mnist5k configs of local training alone: no transfer at all (no topology, and faults refused)
 LOCAL_ONLY = {"local", "dp_local", "dp_sgd_local"}
 

@@ -73,7 +73,7 @@ def test_slicing_rules_and_classifiers_refuse_a_second_rule() -> None:
 def test_what_is_registered_is_listed() -> None:
     assert "lit_fl.algorithms.DFML" in algorithm_class_paths() and "lit_fl.algorithms.PartialTraining" not in \
         algorithm_class_paths()  # abstract bases are not methods one can run
-    assert len(ALGORITHMS) == 29 and "codist_small" in MODELS and len(MODEL_FAMILIES) >= 4
+    assert len(ALGORITHMS) == 31 and "codist_small" in MODELS and len(MODEL_FAMILIES) >= 4
     assert "mnist5k" not in DATASETS or callable(DATASETS["mnist5k"])
     assert len(PARTIAL_VIEWS) == 3 and "lit_fl.models.cnn.CNN" in CLASSIFIER_PREFIXES
 

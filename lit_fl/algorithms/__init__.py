@@ -14,7 +14,9 @@ from lit_fl.algorithms.dfml import DFML
 from lit_fl.algorithms.dispfl import DisPFL
 from lit_fl.algorithms.dsfl import DSFL
 from lit_fl.algorithms.fdmeta import FDmeta
+from lit_fl.algorithms.fedasync import FedAsync
 from lit_fl.algorithms.fedavg import DecentralizedFedAvg
+from lit_fl.algorithms.fedbuff import FedBuff
 from lit_fl.algorithms.feddf import FedDF
 from lit_fl.algorithms.fedkemf import FedKEMF
 from lit_fl.algorithms.fedmd import FedMD
@@ -51,6 +53,8 @@ __all__ = [
     "DefKT",
     "DisPFL",
     "FDmeta",
+    "FedAsync",
+    "FedBuff",
     "FedNTD",
     "FedDF",
     "FedKEMF",
