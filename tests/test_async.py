@@ -94,3 +94,27 @@ def test_an_async_method_needs_the_clock(tmp_path: Path) -> None:
     assert result.rc == 2
     assert result.err.strip() == ("lit-fl: error: system.clock: FedAsync is asynchronous: its updates arrive on the "
                                   "virtual clock; give system.clock true (docs/system.md)")
+
+
+def test_a_server_step_takes_the_update_that_arrives_first(one_thread: None) -> None:
+    """Three clients in flight with known arrival times: FedAsync's step takes the earliest (not the latest, not
+    the first started), the round lasts until it arrived, and one idle client starts from the new model."""
+    from federations import tiny_federation
+
+    from lit_fl.federation.ledger import CommunicationLedger
+    from lit_fl.steps import StepRunner
+    from lit_fl.system.profiles import ClientSystem
+
+    fed = tiny_federation(num_clients=4, pool=("cnn_4_8",))
+    fed.systems = [ClientSystem(rate, 100.0, 100.0, 0.0) for rate in (0.01, 0.5, 0.05, 1.0)]
+    algo = FedAsync(concurrency=3, local_epochs=1, batch_size=16)
+    algo.setup(fed)
+    runner, ledger = StepRunner("cpu"), CommunicationLedger.of(fed)
+    ledger.start_round()
+    algo.dispatch(3, 0.0, fed, runner, ledger)
+    arrivals = {u.client: u.arrives_s for u in algo.in_flight}
+    first = min(arrivals, key=arrivals.__getitem__)
+    result = algo.run_round(1, fed, runner, ledger)
+    assert result.senders == (first,) and ledger.cutoff_s == arrivals[first]
+    assert algo.version == 1 and len(algo.in_flight) == 3 and first not in {u.client for u in algo.in_flight
+                                                                           if u.version == 0}

@@ -102,8 +102,9 @@ class AsyncServerAlgorithm(ServerAlgorithm):
         self.version += 1 if used else 0
         ledger.cutoff_s = now - start
         losses += self.dispatch(len(arrived), now, federation, runner, ledger)
+        mean_staleness = sum(staleness) / len(staleness) if staleness else math.nan
         return RoundResult(senders=tuple(u.client for u in used), train_loss=nanmean(losses),
-                           extra={**extra, "mean_staleness": sum(staleness) / len(staleness) if staleness else math.nan})
+                           extra={**extra, "mean_staleness": mean_staleness})
 
     def dispatch(self, count: int, now: float, federation: Federation, runner: StepRunner,
                  ledger: CommunicationLedger) -> list[float]:

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from lit_fl.algorithms.async_server import AsyncServerAlgorithm, InFlight, Staleness, staleness_weight
 from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.algorithms.server import GLOBAL
@@ -58,6 +56,8 @@ class FedAsync(AsyncServerAlgorithm):
     def apply(self, updates: list[InFlight], staleness: list[int], federation: Federation) -> dict[str, float]:
         (update,), (tau,) = updates, staleness
         alpha_t = self.alpha * staleness_weight(tau, self.staleness, self.staleness_a, self.staleness_b)
+        import torch
+
         server = federation.server[GLOBAL].state_dict()
         with torch.no_grad():
             for key, value in update.upload.items():

@@ -19,8 +19,6 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from lit_fl.algorithms.async_server import AsyncServerAlgorithm, InFlight
 from lit_fl.algorithms.registry import register_algorithm
 from lit_fl.algorithms.server import GLOBAL
@@ -55,6 +53,8 @@ class FedBuff(AsyncServerAlgorithm):
 
     def apply(self, updates: list[InFlight], staleness: list[int], federation: Federation) -> dict[str, float]:
         weights = [fedbuff_staleness(tau) for tau in staleness]
+        import torch
+
         server = federation.server[GLOBAL].state_dict()
         with torch.no_grad():
             for key in updates[0].upload:
