@@ -14,11 +14,15 @@ demo:  ## DFML on the bundled MNIST subset, then decentralized FedAvg on the sam
 	lit-fl fit --config experiments/quickstart.yaml --name quickstart-dfml-$$(date +%Y%m%d-%H%M%S)
 	lit-fl fit --config experiments/quickstart_fedavg.yaml --name quickstart-fedavg-$$(date +%Y%m%d-%H%M%S)
 
+# one torch thread per test process: the workers already fill the cores, and more threads would only oversubscribe
+# them (the equivalence records are one-thread runs too)
+TEST_ENV = WANDB_MODE=offline WANDB_SILENT=true OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+
 test:  ## the whole suite, one worker per core, a file's tests on one worker (a few end-to-end tests are marked slow; all run here)
-	WANDB_MODE=offline WANDB_SILENT=true $(PYTHON) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(TEST_ENV) $(PYTHON) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 test-fast:  ## everything but the slow end-to-end tests
-	WANDB_MODE=offline WANDB_SILENT=true $(PYTHON) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow" $(PYTEST_ARGS)
+	$(TEST_ENV) $(PYTHON) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow" $(PYTEST_ARGS)
 
 fuzz:  ## the property-based tests (tests/test_fuzz_*.py) with random examples, 100 times as many as in make test
 	LIT_FL_HYPOTHESIS=fuzz WANDB_MODE=offline WANDB_SILENT=true $(PYTHON) -m pytest -q tests/test_fuzz_compare.py \

@@ -59,6 +59,7 @@ SHORTER = {
     name: ["--algorithm.local_epochs", "1"] for name in ("feddf", "fedmd", "fdmeta", "scaffold", "fedntd",
                                                          "serverfedavg", "serverfedprox")
 }
+SHORTER["dp_local"] = ["--data.num_clients", "20"]  # local training alone: 100 clients add nothing but time
 SHORTER["dsfl"] = ["--algorithm.local_epochs", "1", "--algorithm.distill_epochs", "1", "--algorithm.server_epochs", "1"]
 SHORTER["feddf"] += ["--algorithm.distill_steps", "10"]
 
