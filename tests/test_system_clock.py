@@ -258,3 +258,46 @@ def test_a_deadline_nobody_meets_or_without_a_server_is_one_line(tmp_path: Path,
     assert result.rc == 2 and not (tmp_path / "runs").exists()
     (line,) = result.err.strip().splitlines()
     assert re.match(f"lit-fl: error: {message}$", line), line
+
+
+def test_fused_and_unfused_rounds_drop_the_same_late_update_and_give_the_same_weights(float64_dtype: None) -> None:
+    """The deadline acts on arrivals after the client phase: a fused phase (uneven clients, one very slow) drops the
+    same update as an unfused one and leaves the same server model (float64: within 1e-9 relative)."""
+    import torch
+
+    from lit_fl.algorithms import ServerFedAvg
+    from lit_fl.federation.ledger import CommunicationLedger
+    from lit_fl.steps import StepRunner
+
+    servers = []
+    for fuse in ("on", "off"):
+        from federations import tiny_federation
+
+        fed = tiny_federation(num_clients=6, pool=("cnn_4_8",))
+        fed.systems, fed.system_config = fast(6, {2: 0.001}), SystemConfig(clock=True, deadline_s=1.0)
+        algo = ServerFedAvg(client_fraction=1.0, local_epochs=2, batch_size=16)
+        algo.setup(fed)
+        runner, ledger = StepRunner("cpu", fuse=fuse), CommunicationLedger.of(fed)
+        runner.work_log = ledger.record_work
+        ledger.start_round()
+        result = algo.run_round(1, fed, runner, ledger)
+        assert result.senders == (0, 1, 3, 4, 5)
+        servers.append({k: v.clone() for k, v in fed.server["global"].state_dict().items()})
+    for key, value in servers[1].items():
+        assert float((servers[0][key] - value).norm()) <= 1e-9 * max(float(value.norm()), 1.0), key
+    assert torch.get_default_dtype() == torch.float64
+
+
+@pytest.fixture
+def float64_dtype(one_thread: None):  # noqa: ANN201 - a fixture
+    import torch
+
+    from lit_fl.steps.fusion import native_cpu_convolutions
+
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        with native_cpu_convolutions(torch.device("cpu")):
+            yield
+    finally:
+        torch.set_default_dtype(previous)
