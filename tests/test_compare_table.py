@@ -310,3 +310,37 @@ def test_a_comparison_without_privacy_has_no_epsilon_column() -> None:
     comparison = Comparison("t", [Group("m", {}, [private_run(0, [0.5], None)])], paper=None, metric="global_acc",
                             source=Path("."))
     assert "epsilon" not in to_markdown(comparison, 0.9)
+
+
+def timed_run(seed: int, accuracy: list[float], virtual: list[float] | None) -> RunResult:
+    """A run with ``virtual_s`` per round (on the virtual clock), or without (``None``)."""
+    rows = [{"round": float(r), "global_acc": a, "comm_mb": float(r)} for r, a in enumerate(accuracy, 1)]
+    for row, seconds in zip(rows, virtual or []):
+        row["virtual_s"] = seconds
+    return RunResult(name=f"s{seed}", path=Path(f"s{seed}"), params={}, seed=seed, rows=rows)
+
+
+def test_runs_on_the_virtual_clock_are_drawn_against_virtual_time(tmp_path: Path) -> None:
+    """Every metric gets a virtual-time view (the seeds' mean virtual_s at each round); virtual_s itself is an axis,
+    not a panel; a run without the clock has no curve there."""
+    from lit_fl.suite.compare.curves import axes, every_numeric_column
+    from lit_fl.suite.compare.dashboard import figure, write_dashboard
+    from lit_fl.suite.compare.table import to_csv, to_markdown
+
+    fast = Group("fedbuff", {}, [timed_run(0, [0.5, 0.7], [10.0, 30.0]), timed_run(1, [0.6, 0.8], [20.0, 50.0])])
+    plain = Group("fedavg", {}, [timed_run(0, [0.4, 0.5], None)])
+    comparison = Comparison("t", [fast, plain], paper=None, metric="global_acc", source=Path("."))
+    assert comparison.timed and not comparison.private
+    assert axes(comparison, ["global_acc"]) == {"global_acc": ["round", "comm_mb", "virtual_s"]}
+    assert "virtual_s" not in every_numeric_column(comparison)
+    data = figure(comparison, "global_acc", "virtual_s")["data"]
+    mean = next(t for t in data if t["name"].startswith("fedbuff (mean"))
+    assert mean["x"] == [15.0, 40.0] and mean["y"] == pytest.approx([0.55, 0.75])
+    assert not any(t["name"].startswith("fedavg") for t in data)
+    write_dashboard(comparison, "", tmp_path / "d.html")
+    assert "vs virtual time (s)" in (tmp_path / "d.html").read_text()
+    lines = to_markdown(comparison, 0.7).splitlines()
+    assert lines[0].endswith("| virtual s to 0.7 |")
+    assert lines[2].startswith("| fedbuff |") and lines[2].endswith("| 40 ± 14.1 |")  # seeds reach at 30 s and 50 s
+    assert lines[3].startswith("| fedavg |") and lines[3].endswith("| not reached |")
+    assert to_csv(comparison, 0.7).splitlines()[0].endswith("virtual_s_to_target_mean,virtual_s_to_target_std")

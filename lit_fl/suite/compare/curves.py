@@ -23,7 +23,9 @@ METHOD_NOTES = {("global_acc", "DFML"): "peak models", ("global_acc_meme", "Dece
 X_AXES = {"round": "communication round", "comm_mb": "cumulative communication (MB)"}
 #: the x axis of differentially private runs' accuracy panels: the privacy spent so far (``epsilon`` in metrics.csv)
 EPSILON_AXIS = "epsilon"
-AXIS_TITLES = {**X_AXES, EPSILON_AXIS: "privacy spent, epsilon(delta)"}
+#: the x axis of runs on the virtual clock (``system.clock``): the virtual seconds so far (``virtual_s``)
+VIRTUAL_AXIS = "virtual_s"
+AXIS_TITLES = {**X_AXES, EPSILON_AXIS: "privacy spent, epsilon(delta)", VIRTUAL_AXIS: "virtual time (s)"}
 #: one colour per configuration, the same in the dashboard (plotly) and the PNG figures (matplotlib)
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
 
@@ -43,9 +45,11 @@ class Curve:
     std: list[float]
     #: epsilon spent by each round (NaN for a run without privacy)
     epsilon: list[float] = dataclasses.field(default_factory=list)
+    #: virtual seconds by each round (NaN for a run without the clock)
+    virtual: list[float] = dataclasses.field(default_factory=list)
 
     def x(self, axis: str) -> list[float]:
-        return {"round": self.rounds, "comm_mb": self.mb, EPSILON_AXIS: self.epsilon}[axis]
+        return {"round": self.rounds, "comm_mb": self.mb, EPSILON_AXIS: self.epsilon, VIRTUAL_AXIS: self.virtual}[axis]
 
 
 def panels(comparison: Comparison) -> list[str]:
@@ -76,7 +80,8 @@ def every_numeric_column(comparison: Comparison) -> list[str]:
                 if isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value):
                     columns.setdefault(key, None)
     main = [k for k in panels(comparison) if k in columns]
-    return main + sorted(k for k in columns if k not in main and k not in X_AXES)  # epsilon: a panel of its own
+    return main + sorted(k for k in columns if k not in main and k not in X_AXES and k != VIRTUAL_AXIS)  # epsilon:
+    # a panel of its own; virtual_s only an axis
 
 
 def _repeats(comparison: Comparison, metric: str, shown: list[str]) -> bool:
@@ -108,26 +113,30 @@ def methods(comparison: Comparison) -> set[str]:
 def curve(group: Group, metric: str) -> Curve:
     """The mean and std of the group's counted runs (:attr:`Group.counted`), rows aligned by round; a round only some
     seeds evaluated averages over those."""
-    by_round: dict[int, list[tuple[float, float, float]]] = {}
+    by_round: dict[int, list[tuple[float, float, float, float]]] = {}
     for run in group.counted:  # completed runs only: an unfinished one never drags the later rounds' mean
         for row in run.rows:
             value = row.get(metric, math.nan)
             if not math.isnan(value):
                 by_round.setdefault(int(row["round"]), []).append(
-                    (value, row.get("comm_mb", math.nan), row.get(EPSILON_AXIS, math.nan)))
+                    (value, row.get("comm_mb", math.nan), row.get(EPSILON_AXIS, math.nan),
+                     row.get(VIRTUAL_AXIS, math.nan)))
     rounds = sorted(by_round)
-    values = [[v for v, _, _ in by_round[r]] for r in rounds]
+    values = [[v[0] for v in by_round[r]] for r in rounds]
     return Curve(
         rounds=[float(r) for r in rounds],
-        mb=[statistics.fmean(mb for _, mb, _ in by_round[r]) for r in rounds],
+        mb=[statistics.fmean(v[1] for v in by_round[r]) for r in rounds],
         mean=[statistics.fmean(v) for v in values],
         std=[sample_std(v) if len(v) > 1 else 0.0 for v in values],
-        epsilon=[statistics.fmean(eps for _, _, eps in by_round[r]) for r in rounds],
+        epsilon=[statistics.fmean(v[2] for v in by_round[r]) for r in rounds],
+        virtual=[statistics.fmean(v[3] for v in by_round[r]) for r in rounds],
     )
 
 
 def axes(comparison: Comparison, metrics: list[str]) -> dict[str, list[str]]:
-    """The x axes of each metric's figures: round and MB; and epsilon for an accuracy panel (:func:`panels`, read
-    once) when a run is differentially private: accuracy against the privacy spent."""
+    """The x axes of each metric's figures: round and MB; virtual time when a run is on the virtual clock (its
+    metrics.csv has ``virtual_s``); and epsilon for an accuracy panel (:func:`panels`, read once) when a run is
+    differentially private: accuracy against the privacy spent."""
     accuracy = set(panels(comparison)) if comparison.private else set()
-    return {m: [*X_AXES, EPSILON_AXIS] if m in accuracy else list(X_AXES) for m in metrics}
+    base = [*X_AXES, VIRTUAL_AXIS] if comparison.timed else list(X_AXES)
+    return {m: [*base, EPSILON_AXIS] if m in accuracy else list(base) for m in metrics}

@@ -91,6 +91,12 @@ class Comparison:
         epsilon spent beside the accuracy and the figures draw accuracy against it."""
         return any("epsilon" in row for run in self.runs for row in run.rows[-1:])
 
+    @property
+    def timed(self) -> bool:
+        """Whether a run is on the virtual clock (its metrics.csv has ``virtual_s``): the figures then draw every
+        metric against virtual time too."""
+        return any("virtual_s" in row for run in self.runs for row in run.rows[-1:])
+
 
 def load_comparison(paths: list[Path], metric: str | None = None) -> Comparison:
     """Everything to compare under ``paths`` (one sweep directory, or run directories and folders of them); a

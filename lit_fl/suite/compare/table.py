@@ -71,6 +71,8 @@ class TableRow:
     paper: float | None
     #: epsilon(delta) spent by the last evaluated round (differentially private runs; none otherwise)
     epsilon: Stat = dataclasses.field(default_factory=lambda: Stat([]))
+    #: virtual seconds until the target was first reached (runs on the virtual clock; none otherwise)
+    virtual_to_target: Stat = dataclasses.field(default_factory=lambda: Stat([]))
 
 
 def first_reach(run: RunResult, metric: str, target: float) -> tuple[float, float]:
@@ -81,6 +83,16 @@ def first_reach(run: RunResult, metric: str, target: float) -> tuple[float, floa
         if kind.reaches(row.get(metric, math.nan), target):
             return float(row["round"]), float(row.get("comm_mb", math.nan))
     return math.nan, math.nan
+
+
+def first_reach_virtual(run: RunResult, metric: str, target: float) -> float:
+    """``virtual_s`` of the first evaluated round at which ``metric`` reaches ``target``; NaN when never or without
+    the virtual clock."""
+    kind = MetricKind(metric)
+    for row in run.rows:
+        if kind.reaches(row.get(metric, math.nan), target):
+            return float(row.get("virtual_s", math.nan))
+    return math.nan
 
 
 def table_rows(comparison: Comparison, target: float) -> list[TableRow]:
@@ -131,6 +143,7 @@ def _row(comparison: Comparison, group: Group, target: float) -> TableRow:
         reached=sum(not math.isnan(r) for r, _ in reach),
         paper=paper_value_of(comparison, group),
         epsilon=Stat([run.rows[-1].get("epsilon", math.nan) for run in runs]),
+        virtual_to_target=Stat([first_reach_virtual(run, metric, target) for run in runs]),
     )
 
 
@@ -139,13 +152,27 @@ def header(comparison: Comparison, target: float) -> list[str]:
     return [
         "configuration", "seeds", "rounds", f"final {metric}{unit}", f"best {metric}{unit}",
         f"rounds to {target:g}", f"MB to {target:g}", f"paper{unit}",
-    ] + (["final epsilon"] if comparison.private else [])
+    ] + (["final epsilon"] if comparison.private else []) + (
+        [f"virtual s to {target:g}"] if comparison.timed else [])
 
 
-def _cells(row: TableRow, private: bool = False) -> list[str]:
-    """The row's cells; with ``private``, the epsilon spent last (``-`` for a run without privacy)."""
+def _cells(row: TableRow, private: bool = False, timed: bool = False) -> list[str]:
+    """The row's cells; with ``private``, the epsilon spent last (``-`` for a run without privacy); with ``timed``,
+    the virtual seconds to the target (``not reached``; ``-`` for a run without the clock)."""
     cells = _plain_cells(row)
-    return cells + [row.epsilon.plain(3, "g")] if private else cells
+    if private:
+        cells += [row.epsilon.plain(3, "g")]
+    if timed:
+        cells += [_virtual_cell(row)]
+    return cells
+
+
+def _virtual_cell(row: TableRow) -> str:
+    if not row.reached:
+        return "not reached" if row.seeds else "-"
+    reached = len(row.virtual_to_target.kept)
+    note = "" if reached == row.seeds else f" ({reached}/{row.seeds} seeds)"
+    return row.virtual_to_target.plain(3, "g") + note if reached else "-"
 
 
 def _plain_cells(row: TableRow) -> list[str]:
@@ -171,7 +198,8 @@ def _paper_cell(row: TableRow) -> str:
 def to_markdown(comparison: Comparison, target: float) -> str:
     head = header(comparison, target)
     lines = ["| " + " | ".join(head) + " |", "| " + " | ".join("---" for _ in head) + " |"]
-    lines += ["| " + " | ".join(_cells(row, comparison.private)) + " |" for row in table_rows(comparison, target)]
+    lines += ["| " + " | ".join(_cells(row, comparison.private, comparison.timed)) + " |"
+              for row in table_rows(comparison, target)]
     if unmatched := len(unmatched_paper_rows(comparison)):
         lines += ["", f"{unmatched} paper row{'s' * (unmatched != 1)} of {comparison.metric} match no run: shown as "
                       "'paper only: no run'."]
@@ -186,14 +214,16 @@ def to_csv(comparison: Comparison, target: float) -> str:
         "configuration", "seeds", "rounds", f"final_{metric}_mean", f"final_{metric}_std", f"best_{metric}_mean",
         f"best_{metric}_std", "rounds_to_target_mean", "rounds_to_target_std", "mb_to_target_mean",
         "mb_to_target_std", "seeds_reaching_target", "target", "paper",
-    ] + (["final_epsilon_mean", "final_epsilon_std"] if comparison.private else []))
+    ] + (["final_epsilon_mean", "final_epsilon_std"] if comparison.private else [])
+      + (["virtual_s_to_target_mean", "virtual_s_to_target_std"] if comparison.timed else []))
     for row in table_rows(comparison, target):
         writer.writerow([
             row.label, row.seeds, row.rounds, _num(row.final.mean), _num(row.final.std), _num(row.best.mean),
             _num(row.best.std), _num(row.rounds_to_target.mean), _num(row.rounds_to_target.std),
             _num(row.mb_to_target.mean), _num(row.mb_to_target.std), row.reached, target,
             "" if row.paper is None else row.paper,
-        ] + ([_num(row.epsilon.mean), _num(row.epsilon.std)] if comparison.private else []))
+        ] + ([_num(row.epsilon.mean), _num(row.epsilon.std)] if comparison.private else [])
+          + ([_num(row.virtual_to_target.mean), _num(row.virtual_to_target.std)] if comparison.timed else []))
     return out.getvalue()
 
 
@@ -201,7 +231,8 @@ def to_latex(comparison: Comparison, target: float) -> str:
     head = header(comparison, target)
     lines = [r"\begin{tabular}{l" + "r" * (len(head) - 1) + "}", r"\toprule", " & ".join(map(_tex, head)) + r" \\"]
     lines.append(r"\midrule")
-    lines += [" & ".join(map(_tex, _cells(row, comparison.private))) + r" \\" for row in table_rows(comparison, target)]
+    lines += [" & ".join(map(_tex, _cells(row, comparison.private, comparison.timed))) + r" \\"
+              for row in table_rows(comparison, target)]
     lines += [r"\bottomrule", r"\end{tabular}"]
     return "\n".join(lines) + "\n"
 
@@ -218,7 +249,8 @@ def to_html(comparison: Comparison, target: float) -> str:
 
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header(comparison, target))
     body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in _cells(row, comparison.private)) + "</tr>"
+        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in _cells(row, comparison.private, comparison.timed))
+        + "</tr>"
         for row in table_rows(comparison, target)
     )
     return f'<table id="results"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
