@@ -14,32 +14,17 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from dp_round import round_seconds  # noqa: E402
 from kernels import ROOT, count  # noqa: E402
 
 BASE = ["--config", str(ROOT / "experiments/mnist5k/serverfedavg.yaml"), "--data.num_clients", "100",
         "--algorithm.init_args.client_fraction", "0.5", "--eval_every", "1"]
 SIDES = {"clock off": [],
          "clock on": ["--system.clock", "true", "--system.speed", "lognormal", "--system.deadline_s", "1000000"]}
-
-
-def round_seconds(argv: list[str], rounds: int) -> list[float]:
-    import torch
-
-    from lit_fl.cli import main
-    from lit_fl.tracking import read_metrics
-
-    torch.set_num_threads(1)
-    with tempfile.TemporaryDirectory() as tmp:
-        rc = main(["fit", *argv, "--rounds", str(rounds), "--trainer.accelerator", "cpu", "--run_dir", tmp,
-                   "--name", "t", "--logger.wandb", "false", "--logger.progress", "false"])
-        if rc not in (0, None):
-            raise SystemExit(f"lit-fl fit exited {rc}")
-        return [row["round_s"] for row in read_metrics(Path(tmp) / "t" / "metrics.csv")[1:]]
 
 
 def main() -> int:
@@ -50,7 +35,7 @@ def main() -> int:
     seconds: dict[str, list[float]] = {side: [] for side in SIDES}
     for _ in range(args.repeats):  # interleaved: the two sides see the same machine
         for side, extra in SIDES.items():
-            seconds[side] += round_seconds([*BASE, *extra], args.rounds)
+            seconds[side] += round_seconds([*BASE, *extra], "off", args.rounds)
     print("100 clients, 50 selected a round, CPU, one thread")
     print("| side | kernels per round | round CPU s (min) | round CPU s (median) |")
     print("|---|---|---|---|")

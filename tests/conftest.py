@@ -43,6 +43,23 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def float64_native(one_thread: None) -> Iterator[None]:
+    """float64 by default and PyTorch's own CPU convolutions (those a fused phase uses on a CPU): fused against
+    unfused within float64 rounding."""
+    import torch
+
+    from lit_fl.steps.fusion import native_cpu_convolutions
+
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        with native_cpu_convolutions(torch.device("cpu")):
+            yield
+    finally:
+        torch.set_default_dtype(previous)
 TINY_OPTIONS = {"num_classes": 4, "input_shape": [1, 8, 8], "num_train": 400, "num_test": 100}
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,24 +24,12 @@ from lit_fl.privacy.sample_level import SamplePrivacy, plan_sample_privacy
 from lit_fl.privacy.state import PrivacyState
 from lit_fl.steps import StepRunner, dp_sgd
 from lit_fl.steps.dp_sgd import DPSGD, ClientNoise
-from lit_fl.steps.fusion import native_cpu_convolutions
 from lit_fl.tracking import read_metrics
 
 #: fused against unfused in float64: the same arithmetic in other summation orders (per-sample sums over <= 133
 #: samples, norms over ~10^3 weights, a few steps) stays within ~1e-13 relative; a mixed norm or another noise draw
 #: moves an update by order 1
 RTOL = 1e-9
-
-
-@pytest.fixture
-def float64(one_thread: None) -> Iterator[None]:
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    try:
-        with native_cpu_convolutions(torch.device("cpu")):
-            yield
-    finally:
-        torch.set_default_dtype(previous)
 
 
 def private_phase(fuse: str, algo: DecentralizedFedAvg, pool: tuple[str, ...] = ("cnn_4_8", "cnn_8"),
@@ -72,7 +59,7 @@ def relative_gap(a: list[dict[str, torch.Tensor]], b: list[dict[str, torch.Tenso
 
 @pytest.mark.parametrize("pool", [("cnn_4_8", "cnn_8"), ("cnn_4_8",)], ids=["two-architectures", "one-stack"])
 def test_fused_and_unfused_dp_sgd_give_the_same_weights_with_the_same_noise(pool: tuple[str, ...],
-                                                                            float64: None) -> None:
+                                                                            float64_native: None) -> None:
     """FedProx's term (data-free, outside the clipping) included; clients take 2 to 9 steps."""
     def algo() -> DecentralizedFedProx:
         return DecentralizedFedProx(mu=1.0, local_epochs=1, batch_size=16)
@@ -96,7 +83,7 @@ def update_norms(fed: Federation, before: list[dict[str, torch.Tensor]]) -> list
 
 
 @pytest.mark.parametrize("fuse", ["on", "off"])
-def test_per_sample_clipping_bounds_every_clients_update_by_c(fuse: str, float64: None) -> None:
+def test_per_sample_clipping_bounds_every_clients_update_by_c(fuse: str, float64_native: None) -> None:
     """Without noise the update is the mean of the clipped per-sample gradients: its norm is at most C."""
     clip = 1e-3
     fed, before, _ = private_phase(fuse, sgd_at_lr_1(), clip_norm=clip, noise_multiplier=0.0)
@@ -104,7 +91,7 @@ def test_per_sample_clipping_bounds_every_clients_update_by_c(fuse: str, float64
 
 
 @pytest.mark.parametrize("fuse", ["on", "off"])
-def test_without_clipping_or_noise_dp_sgd_is_plain_sgd(fuse: str, float64: None) -> None:
+def test_without_clipping_or_noise_dp_sgd_is_plain_sgd(fuse: str, float64_native: None) -> None:
     """The per-sample gradients' mean is the batch gradient: a C above every norm and no noise change nothing."""
     private, before, _ = private_phase(fuse, sgd_at_lr_1(), clip_norm=1e6, noise_multiplier=0.0)
     plain, _, _ = private_phase(fuse, sgd_at_lr_1(), private=False)

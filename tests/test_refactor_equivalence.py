@@ -1,6 +1,6 @@
 """Issue 36's acceptance record: every shipped ``experiments/mnist5k/*.yaml`` method's 3-round run writes the same
 ``metrics.csv`` (timings aside) and the same final state, tensor for tensor, as main did before the refactor
-(991b717, recorded by ``tests/equivalence/record.py`` per CPU capability in ``tests/equivalence/reference.json``).
+(991b717, recorded by ``tests/equivalence/record.py`` per CPU capability in ``tests/equivalence/reference.json.gz``).
 A difference the refactor means to make is re-recorded and listed in its note, never tolerated here."""
 
 from __future__ import annotations

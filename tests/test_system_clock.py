@@ -260,7 +260,7 @@ def test_a_deadline_nobody_meets_or_without_a_server_is_one_line(tmp_path: Path,
     assert re.match(f"lit-fl: error: {message}$", line), line
 
 
-def test_fused_and_unfused_rounds_drop_the_same_late_update_and_give_the_same_weights(float64_dtype: None) -> None:
+def test_fused_and_unfused_rounds_drop_the_same_late_update_and_give_the_same_weights(float64_native: None) -> None:
     """The deadline acts on arrivals after the client phase: a fused phase (uneven clients, one very slow) drops the
     same update as an unfused one and leaves the same server model (float64: within 1e-9 relative)."""
     import torch
@@ -286,18 +286,3 @@ def test_fused_and_unfused_rounds_drop_the_same_late_update_and_give_the_same_we
     for key, value in servers[1].items():
         assert float((servers[0][key] - value).norm()) <= 1e-9 * max(float(value.norm()), 1.0), key
     assert torch.get_default_dtype() == torch.float64
-
-
-@pytest.fixture
-def float64_dtype(one_thread: None):  # noqa: ANN201 - a fixture
-    import torch
-
-    from lit_fl.steps.fusion import native_cpu_convolutions
-
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    try:
-        with native_cpu_convolutions(torch.device("cpu")):
-            yield
-    finally:
-        torch.set_default_dtype(previous)

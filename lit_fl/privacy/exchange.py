@@ -30,6 +30,7 @@ from torch import Tensor
 from lit_fl.errors import ConfigError
 from lit_fl.privacy.accounting import SampledGaussian, calibrate_noise, epsilon_of_steps
 from lit_fl.privacy.config import MAX_NOISE_MULTIPLIER, PrivacyConfig
+from lit_fl.privacy.per_client import PerClientPlan
 
 if TYPE_CHECKING:
     from torch import nn
@@ -40,16 +41,8 @@ Weights = dict[str, Tensor]
 
 
 @dataclass(frozen=True)
-class ExchangePlan:
+class ExchangePlan(PerClientPlan):
     """What every release does, and what it costs its client."""
-
-    config: PrivacyConfig
-    noise_multiplier: float
-    delta: float
-
-    @property
-    def clip_norm(self) -> float:
-        return self.config.clip_norm
 
     def client_epsilon(self, releases: int) -> float:
         """epsilon(delta) of a client after ``releases`` releases (Gaussians of multiplier sigma / 2, composed)."""
@@ -57,11 +50,6 @@ class ExchangePlan:
 
     def epsilons(self, state: PrivacyState, num_clients: int) -> list[float]:
         return [self.client_epsilon(state.releases.get(k, 0)) for k in range(num_clients)]
-
-    def metrics(self, state: PrivacyState, num_clients: int) -> dict[str, float]:
-        """A round's privacy columns: ``epsilon`` (the largest client's) and ``epsilon_client_<k>``."""
-        spent = self.epsilons(state, num_clients)
-        return {"epsilon": max(spent), **{f"epsilon_client_{k}": e for k, e in enumerate(spent)}}
 
     def settings(self) -> dict[str, float | str | int | None]:
         return {"level": "user", "mechanism": "exchange", "noise_multiplier": self.noise_multiplier,

@@ -23,6 +23,7 @@ import torch
 from lit_fl.errors import ConfigError
 from lit_fl.privacy.accounting import SampledGaussian, calibrate_noise, epsilon_of_steps
 from lit_fl.privacy.config import MAX_NOISE_MULTIPLIER, PrivacyConfig
+from lit_fl.privacy.per_client import PerClientPlan
 from lit_fl.steps.dp_sgd import DPSGD, ClientNoise
 
 if TYPE_CHECKING:
@@ -37,16 +38,8 @@ History = Mapping[tuple[int, int], int]
 
 
 @dataclass(frozen=True)
-class SamplePlan:
+class SamplePlan(PerClientPlan):
     """What DP-SGD does in every client step, and what it costs each client."""
-
-    config: PrivacyConfig
-    noise_multiplier: float
-    delta: float
-
-    @property
-    def clip_norm(self) -> float:
-        return self.config.clip_norm
 
     def client_epsilon(self, history: History) -> float:
         """epsilon(delta) of one client after the steps of ``history``."""
@@ -56,11 +49,6 @@ class SamplePlan:
     def epsilons(self, state: PrivacyState, num_clients: int) -> list[float]:
         """Every client's epsilon(delta) so far (0 for a client that has not trained)."""
         return [self.client_epsilon(state.sample_steps.get(k, {})) for k in range(num_clients)]
-
-    def metrics(self, state: PrivacyState, num_clients: int) -> dict[str, float]:
-        """A round's privacy columns: ``epsilon`` (the largest client's) and ``epsilon_client_<k>``."""
-        spent = self.epsilons(state, num_clients)
-        return {"epsilon": max(spent), **{f"epsilon_client_{k}": e for k, e in enumerate(spent)}}
 
     def settings(self) -> dict[str, float | str | int | None]:
         """What summary.json records of the run's privacy."""

@@ -4,7 +4,8 @@
 
 runs each config (all of them, or the named stems, in the order given) for 3 rounds through ``lit-fl fit``
 in this process (``lit_fl.cli.main``, as the tests call it), W&B off, one torch thread, in a temporary folder, and
-merges the records into ``reference.json`` under this CPU's ``torch.backends.cpu.get_cpu_capability()`` (run it
+merges the records into ``reference.json.gz`` (gzipped JSON: the records of 35 configs on three CPU capabilities
+are megabytes of digests) under this CPU's ``torch.backends.cpu.get_cpu_capability()`` (run it
 again with ``ATEN_CPU_CAPABILITY=avx2`` / ``default`` for the other kernels). A record is
 
 - ``metrics``: ``metrics.csv``'s rows as the exact strings written, every column but the wall-clock timings
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import gzip
 import hashlib
 import io
 import json
@@ -38,7 +40,7 @@ import torch
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((REPO / "experiments" / "mnist5k").glob("*.yaml"))
-REFERENCE = Path(__file__).with_name("reference.json")
+REFERENCE = Path(__file__).with_name("reference.json.gz")
 ROUNDS = 3
 
 Record = dict[str, Any]  # {"metrics": [{column: text}], "digests": {name: text}}
@@ -169,7 +171,13 @@ def _digest_differences(expected: dict[str, str], actual: dict[str, str]) -> lis
 
 def load_reference(path: Path = REFERENCE) -> dict[str, dict[str, Record]]:
     """``{capability: {config stem: record}}``; empty when nothing is recorded yet."""
-    return json.loads(path.read_text()) if path.exists() else {}
+    return json.loads(gzip.decompress(path.read_bytes())) if path.exists() else {}
+
+
+def write_reference(reference: dict[str, dict[str, Record]], path: Path = REFERENCE) -> None:
+    """``reference`` gzipped, byte for byte the same for the same records (no timestamp in the header)."""
+    text = json.dumps(dict(sorted(reference.items())), indent=1) + "\n"
+    path.write_bytes(gzip.compress(text.encode(), compresslevel=9, mtime=0))
 
 
 def main(argv: list[str]) -> int:
@@ -191,7 +199,7 @@ def main(argv: list[str]) -> int:
         print(f"{capability()} {stem}: {time.perf_counter() - began:.1f} s ({time.process_time() - cpu:.1f} s CPU)",
               flush=True)
         reference[capability()] = dict(sorted(records.items()))
-        out.write_text(json.dumps(dict(sorted(reference.items())), indent=1) + "\n")  # after each: a crash keeps some
+        write_reference(reference, out)  # after each: a crash keeps some
     print(f"{capability()}: {len(argv or by_stem)} configs in {time.perf_counter() - start:.1f} s -> {out}")
     return 0
 
