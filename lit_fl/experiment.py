@@ -417,31 +417,44 @@ def sample_privacy_plan(algorithm: Algorithm, config: PrivacyConfig, federation:
 
 
 def check_system(config: SystemConfig, algorithm: Algorithm, federation: Federation) -> None:
-    """The clock's policies: a server method's only, and a deadline some client can meet (its download, its local
-    epochs over its data and its upload, at its rate and link); one line otherwise."""
+    """The clock's policies: a server method's that waits for its round's uploads only; partial work only with a
+    deadline and for a method that defines it; availability only for a method that selects by it; and a deadline
+    some client can meet (its download, its local epochs over its data, or one batch with partial work, and its
+    upload, at its rate and link). One line otherwise."""
     from lit_fl.algorithms.server import ServerAlgorithm
 
-    if not config.policies:
-        return
-    if not isinstance(algorithm, ServerAlgorithm):
-        raise ConfigError(f"system.deadline_s, system.over_selection: a server method's round policies; "
-                          f"{algorithm.name} has no server waiting for updates")
+    server = isinstance(algorithm, ServerAlgorithm)
+    if config.policies and not (server and algorithm.round_policies):  # type: ignore[attr-defined]
+        raise ConfigError(f"system.deadline_s, system.over_selection: the round policies of a server that waits for "
+                          f"its updates; {algorithm.name} has none (docs/system.md)")
+    if config.partial_work and config.deadline_s is None:
+        raise ConfigError("system.partial_work: cuts a client's work to the round's deadline; give system.deadline_s")
+    if config.partial_work and not (server and algorithm.partial_work):  # type: ignore[attr-defined]
+        raise ConfigError(f"system.partial_work: {algorithm.name} defines no partial work; the methods that do: "
+                          "ServerFedProx (give it mu 0 for FedAvg with partial work)")
+    if config.availability_trace is not None and not (server and algorithm.selects_available):  # type: ignore
+        raise ConfigError(f"system.availability_trace: {algorithm.name} draws its participants without regard to "
+                          "who is there; the server methods select among the clients available (docs/system.md)")
     if config.deadline_s is None or federation.systems is None:
         return
-    from lit_fl.federation.ledger import model_megabytes
-    from lit_fl.system.clock import MEGABITS_PER_MB
-
-    def fastest(client: Client) -> float:
-        system = federation.systems[client.id]  # type: ignore[index]
-        megabits = model_megabytes(client.model) * MEGABITS_PER_MB
-        params = sum(p.numel() for p in client.model.parameters()) / 1e6
-        return (2 * system.latency_s + megabits / system.download_mbps + megabits / system.upload_mbps
-                + system.compute_s(algorithm.local_epochs * client.num_train * params))
-
-    best = min(fastest(c) for c in federation.clients)
+    best = min(_fastest_round_s(algorithm, federation, c, config.partial_work) for c in federation.clients)
     if best > config.deadline_s:
         raise ConfigError(f"system.deadline_s: {config.deadline_s:g} s is shorter than any client's round (the "
                           f"fastest takes {best:.3g} s to download, train and upload); raise it")
+
+
+def _fastest_round_s(algorithm: Algorithm, federation: Federation, client: Client, partial: bool) -> float:
+    """Seconds ``client`` needs for a round: download, its local epochs over its data (one batch with partial
+    work), upload."""
+    from lit_fl.federation.ledger import model_megabytes
+    from lit_fl.system.clock import MEGABITS_PER_MB
+
+    system = federation.systems[client.id]  # type: ignore[index]
+    megabits = model_megabytes(client.model) * MEGABITS_PER_MB
+    params = sum(p.numel() for p in client.model.parameters()) / 1e6
+    samples = min(algorithm.batch_size, client.num_train) if partial else algorithm.local_epochs * client.num_train
+    return (2 * system.latency_s + megabits / system.download_mbps + megabits / system.upload_mbps
+            + system.compute_s(samples * params))
 
 
 def topology_used(algorithm: Algorithm, federation: Federation) -> str:

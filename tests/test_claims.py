@@ -304,6 +304,29 @@ def test_for_a_loss_lower_is_better() -> None:
     assert result.verdict == HOLDS
 
 
+def timed_run(config: str, seed: int, accuracies: list[float], seconds: list[float]) -> RunResult:
+    rows = [{"round": float(r), "global_acc": a, "virtual_s": t} for r, (a, t) in enumerate(zip(accuracies, seconds), 1)]
+    return RunResult(f"{Path(config).stem}-s{seed}", Path("."), {"config": config, "data.beta": 0.1}, seed, rows, True)
+
+
+def test_time_to_target_compares_the_log_of_the_virtual_seconds_to_reach_it() -> None:
+    """``at: to_target``: virtual_s at the first round at or above the target, d = ln(worse / better) per seed (the
+    log speedup); the table shows exp(mean d); a seed whose run never reaches the target is left out and named."""
+    fast = [timed_run(DFML, s, [0.5, 0.8, 0.9], [1.0, 2.0 * (s + 1), 50.0]) for s in range(3)]
+    slow = [timed_run(FEDAVG, s, [0.5, 0.7, 0.85], [10.0, 20.0, 30.0 * (s + 1)]) for s in range(2)]
+    slow.append(timed_run(FEDAVG, 2, [0.5, 0.6, 0.7], [10.0, 20.0, 30.0]))  # never reaches 0.8
+    result = only(evaluate_claims(comparison(fast + slow, claim(at="to_target", target=0.8))))
+    assert result.metric == "virtual_s" and result.kind.lower_is_better
+    assert [seed for seed, _ in result.differences] == [0, 1]
+    assert result.values == pytest.approx([math.log(30.0 / 2.0), math.log(60.0 / 4.0)], rel=1e-12)
+    assert result.missing == ("seed 2 (fedavg beta=0.1: no global_acc >= 0.8)",)
+    assert result.verdict == HOLDS  # both seeds 15x sooner: no spread, p = 0
+    row = claims_markdown([result])
+    assert "virtual_s to global_acc >= 0.8 (lower is better)" in row and "15x sooner" in row
+    reversed_ = only(evaluate_claims(comparison(fast + slow, claim(FEDAVG, DFML, at="to_target", target=0.8))))
+    assert reversed_.values == pytest.approx([-math.log(15.0)] * 2, rel=1e-12)
+
+
 # --- left out --------------------------------------------------------------------------------------------------
 
 
@@ -346,14 +369,16 @@ def test_a_claim_is_read_with_its_defaults(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("change", "message"), [
-    ({"beter": {"config": DFML}}, "claims[2]: unknown key 'beter'; allowed: about, at, better, claim, differs, "
-                                  "metric, note, paper, source, worse, worse_metric"),
+    ({"beter": {"config": DFML}}, "claims[2]: unknown key 'beter'; allowed: about, at, axis, better, claim, "
+                                  "differs, metric, note, paper, source, target, worse, worse_metric"),
     ({"worse": {}}, "claims[2].worse[1]: expected at least 1 item(s), got {}"),
     ({"worse": [{"config": FEDAVG}, "fedprox"]}, "claims[2].worse[2]: expected a mapping, got 'fedprox'"),
     ({"worse": []}, "claims[2].worse: expected at least 1 item(s), got []"),
     ({"better": "dfml"}, "claims[2].better: expected a mapping, got 'dfml'"),
     ({"better": {"config": DFML, "seed": 0}}, "claims[2].better: must not match seed"),
-    ({"at": "last"}, "claims[2].at: unknown value 'last'; allowed: final, best"),
+    ({"at": "last"}, "claims[2].at: unknown value 'last'; allowed: final, best, to_target"),
+    ({"at": "to_target"}, "claims[2].target: is given with at: to_target, and only then"),
+    ({"target": 0.8}, "claims[2].target: is given with at: to_target, and only then"),
     ({"paper": [0.8]}, "claims[2].paper: must be a list of 2 numbers (better, then each worse), got [0.8]"),
     ({"paper": [73.66, 65.43]}, "claims[2].paper: must be fractions in [0, 1] for an accuracy"),
     ({"paper": [0.8, float("nan")]}, "claims[2].paper[2]: expected a finite number, got nan"),

@@ -241,18 +241,39 @@ def test_an_offline_client_cannot_be_selected(tmp_path: Path) -> None:
     assert result.senders == (1, 2, 3, 5)
 
 
+def write_json(path: Path, records: dict) -> Path:
+    path.write_text(json.dumps(records))
+    return path
+
+
 @pytest.mark.parametrize(("algorithm", "system", "message"), [
     ("ServerFedAvg", {"deadline_s": 1e-6}, r"system.deadline_s: 1e-06 s is shorter than any client's round \(the "
                                            r"fastest takes .* s to download, train and upload\); raise it"),
-    ("DFML", {"deadline_s": 10.0}, "system.deadline_s, system.over_selection: a server method's round policies; "
-                                   "DFML has no server waiting for updates"),
+    ("DFML", {"deadline_s": 10.0}, r"system.deadline_s, system.over_selection: the round policies of a server that "
+                                   r"waits for its updates; DFML has none \(docs/system.md\)"),
+    ("FedBuff", {"deadline_s": 10.0}, r"system.deadline_s, system.over_selection: the round policies of a server "
+                                      r"that waits for its updates; FedBuff has none \(docs/system.md\)"),
+    ("ServerFedProx", {"partial_work": True}, "system.partial_work: cuts a client's work to the round's deadline; "
+                                              "give system.deadline_s"),
+    ("ServerFedAvg", {"deadline_s": 10.0, "partial_work": True},
+     r"system.partial_work: ServerFedAvg defines no partial work; the methods that do: ServerFedProx \(give it mu 0 "
+     r"for FedAvg with partial work\)"),
+    ("ServerFedProx", {"deadline_s": 1e-6, "partial_work": True},
+     r"system.deadline_s: 1e-06 s is shorter than any client's round \(the fastest takes .* s to download, train and "
+     r"upload\); raise it"),
+    ("DFML", {"availability_trace": "trace.json"},
+     r"system.availability_trace: DFML draws its participants without regard to who is there; the server methods "
+     r"select among the clients available \(docs/system.md\)"),
 ])
-def test_a_deadline_nobody_meets_or_without_a_server_is_one_line(tmp_path: Path, algorithm: str,
+def test_clock_policies_a_run_cannot_take_are_one_line(tmp_path: Path, algorithm: str,
                                                                   system: dict[str, float], message: str) -> None:
     config = tiny_config(algorithm, rounds=1)
-    if algorithm == "ServerFedAvg":
+    if algorithm != "DFML":
         config["algorithm"]["init_args"].pop("sender_fraction")
         config["models"] = {"pool": ["cnn_4_8"]}
+    if "availability_trace" in system:
+        trace = {str(k): {"active": [0], "inactive": [10], "finish_time": 10} for k in range(6)}
+        system = {**system, "availability_trace": str(write_json(tmp_path / "trace.json", trace))}
     config["system"] = {"clock": True, **system}
     result = run_cli("fit", "--config", write_config(tmp_path / "cfg.yaml", config), "--run_dir", tmp_path / "runs")
     assert result.rc == 2 and not (tmp_path / "runs").exists()

@@ -9,6 +9,9 @@ A lit-fl round of an asynchronous method is one server step:
    trains (one client phase: they fuse like any phase), and is in flight until ``now + download + training +
    upload`` (its rate and link, :mod:`lit_fl.system.clock`).
 
+A client whose availability window ends before its update would arrive leaves: its update never arrives. The
+server notices at the first step after it left, which takes it with the arrivals and refills its slot.
+
 The in-flight updates (client, version, arrival time, upload) are the method's state: checkpointed, so a stopped and
 resumed run continues the same event sequence. The round's virtual time is the step's last arrival minus the
 previous step's.
@@ -52,17 +55,19 @@ def staleness_weight(tau: int, kind: Staleness, a: float, b: float) -> float:
 @dataclass
 class InFlight:
     """An update on its way: its client, the server version it started from, when it arrives, what it uploads
-    (the method's :meth:`AsyncServerAlgorithm.upload`) and its weight ``n_k``."""
+    (the method's :meth:`AsyncServerAlgorithm.upload`) and its weight ``n_k``; ``left``: its client leaves before it
+    would arrive (its availability window ends), so it never does, and ``arrives_s`` is when the client left."""
 
     client: int
     version: int
     arrives_s: float
     upload: dict[str, Tensor]
     weight: float
+    left: bool = False
 
     def state_dict(self) -> dict[str, Any]:
         return {"client": self.client, "version": self.version, "arrives_s": self.arrives_s, "upload": self.upload,
-                "weight": self.weight}
+                "weight": self.weight, "left": self.left}
 
 
 class AsyncServerAlgorithm(ServerAlgorithm):
@@ -71,6 +76,8 @@ class AsyncServerAlgorithm(ServerAlgorithm):
     Subclasses set :attr:`buffer_size` and define :meth:`upload` and :meth:`apply`."""
 
     requires = (*ServerAlgorithm.requires, ONE_ARCHITECTURE)
+    #: no round waits for uploads: a deadline or over-selection has nothing to cut
+    round_policies = False
     #: how many arrivals one server step takes
     buffer_size: int = 1
     #: how many clients train at once (at most the clients)
@@ -92,19 +99,32 @@ class AsyncServerAlgorithm(ServerAlgorithm):
         losses: list[float] = []
         if not self.in_flight:  # the run's start (or every update was lost): fill the pipeline
             losses = self.dispatch(min(self.concurrency, federation.num_clients), start, federation, runner, ledger)
-        arrived = sorted(self.in_flight, key=lambda u: (u.arrives_s, u.client))[:self.buffer_size]
+        arrived = self.next_arrivals()
         self.in_flight = [u for u in self.in_flight if u not in arrived]
         now = max((u.arrives_s for u in arrived), default=start)
         server = federation.server[GLOBAL]
-        used = [u for u in arrived if ledger.send(u.client, SERVER, server)]  # a failed upload arrives as nothing
+        # a client that left sends nothing; a failed upload arrives as nothing
+        used = [u for u in arrived if not u.left and ledger.send(u.client, SERVER, server)]
         staleness = [self.version - u.version for u in used]
         extra = self.apply(used, staleness, federation) if used else {}
         self.version += 1 if used else 0
         ledger.cutoff_s = now - start
         losses += self.dispatch(len(arrived), now, federation, runner, ledger)
         mean_staleness = sum(staleness) / len(staleness) if staleness else math.nan
+        left = {"left_clients": float(sum(u.left for u in arrived))} if federation.system_config is not None \
+            and federation.system_config.availability_trace is not None else {}
         return RoundResult(senders=tuple(u.client for u in used), train_loss=nanmean(losses),
-                           extra={**extra, "mean_staleness": mean_staleness})
+                           extra={**extra, "mean_staleness": mean_staleness, **left})
+
+    def next_arrivals(self) -> list[InFlight]:
+        """The in-flight updates this step takes, in the order they arrive: the first :attr:`buffer_size` that
+        arrive, with the departures (clients that left) before them; the server refills every slot they held."""
+        taken: list[InFlight] = []
+        for update in sorted(self.in_flight, key=lambda u: (u.arrives_s, u.client)):
+            if sum(not u.left for u in taken) == self.buffer_size:
+                break
+            taken.append(update)
+        return taken
 
     def dispatch(self, count: int, now: float, federation: Federation, runner: StepRunner,
                  ledger: CommunicationLedger) -> list[float]:
@@ -141,8 +161,10 @@ class AsyncServerAlgorithm(ServerAlgorithm):
             params = sum(p.numel() for p in client.model.parameters()) / 1e6
             seconds = (2 * system.latency_s + megabits / system.download_mbps + megabits / system.upload_mbps
                        + system.compute_s(self.local_epochs * client.num_train * params))
-            self.in_flight.append(InFlight(client.id, self.version, now + seconds, self.upload(client, start),
-                                           float(client.num_train)))
+            leaves = system.leaves(now)
+            left = now + seconds > leaves
+            self.in_flight.append(InFlight(client.id, self.version, leaves if left else now + seconds,
+                                           self.upload(client, start), float(client.num_train), left))
         return phase_losses(results)
 
     # -- the method's hooks --------------------------------------------------------------------------------
@@ -167,5 +189,5 @@ class AsyncServerAlgorithm(ServerAlgorithm):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.version = int(state["version"])
         self.in_flight = [InFlight(int(u["client"]), int(u["version"]), float(u["arrives_s"]), dict(u["upload"]),
-                                   float(u["weight"])) for u in state["in_flight"]]
+                                   float(u["weight"]), bool(u.get("left", False))) for u in state["in_flight"]]
 

@@ -33,6 +33,8 @@ class CodistRound(ServerAlgorithm):
     groups; a subclass writes :meth:`server_update` from :meth:`pseudo_gradients`, :meth:`apply` and
     :meth:`distill`."""
 
+    #: each pool samples its members (:meth:`participants`), whoever is there
+    selects_available = False
     small_arch: str
     large_arch: str
     clients_per_round: int

@@ -3,7 +3,9 @@ several clients side by side (:class:`StackedBatches`, batched local training)."
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import copy
+from bisect import bisect_right
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -43,6 +45,18 @@ class ClientBatches:
             raise ValueError(f"augment must be none or one of {', '.join(AUGMENTATIONS)}, got {augment!r}")
         self.batch_size, self.epochs, self.augment, self.black = batch_size, epochs, augment, black
         self.generator = generator
+        #: partial work (:meth:`within`): whether a prefix of a pass can be done in time; None: the whole pass
+        self.budget: Callable[[list[PlannedBatch]], bool] | None = None
+        #: the batches of the last :meth:`plan` drawn and kept (they differ under a budget)
+        self.drawn = self.kept = 0
+
+    def within(self, budget: Callable[[list[PlannedBatch]], bool]) -> ClientBatches:
+        """These batches cut to the longest prefix of each pass that ``budget`` allows (partial work under a
+        deadline, :mod:`lit_fl.system.partial`): the pass is drawn whole, so the data-order stream advances as it
+        would without the budget; ``budget`` must allow every prefix of a prefix it allows."""
+        cut = copy.copy(self)
+        cut.budget = budget
+        return cut
 
     def __len__(self) -> int:
         per_epoch = -(-len(self.indices) // self.batch_size)
@@ -63,6 +77,11 @@ class ClientBatches:
                 if self.augment != "none":
                     seed = int(torch.randint(0, 2**62, (1,), generator=self.generator))
                 plan.append(PlannedBatch(order[start : start + self.batch_size], seed))
+        self.drawn = len(plan)
+        if self.budget is not None:
+            budget = self.budget
+            plan = plan[:bisect_right(range(1, len(plan) + 1), False, key=lambda m: not budget(plan[:m]))]
+        self.kept = len(plan)
         return plan
 
     def cut(self, planned: PlannedBatch) -> tuple[Tensor, Tensor]:

@@ -194,7 +194,16 @@ def work_cost(job: ClientWork, plan: Sequence[Any]) -> float:
     """What a work costs the virtual clock: the samples of its batches times the millions of parameters of the
     models its step trains (a batch without sample indices, noise images, counts as its batch of the step's size)."""
     samples = sum(len(p.indices) if hasattr(p, "indices") else getattr(job.batches, "batch_size", 0) for p in plan)
-    params = sum(p.numel() for m in _models_of(job.step) for p in m.parameters() if p.requires_grad)
+    return sample_mparams(samples, trained_params(job.step))
+
+
+def trained_params(step: L.LightningModule) -> int:
+    """The parameters ``step`` trains (those of its models that require a gradient)."""
+    return sum(p.numel() for m in _models_of(step) for p in m.parameters() if p.requires_grad)
+
+
+def sample_mparams(samples: int, params: int) -> float:
+    """``samples`` trained on a model of ``params`` parameters, in sample-Mparams (the clock's unit of work)."""
     return samples * params / 1e6
 
 

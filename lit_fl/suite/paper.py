@@ -16,7 +16,10 @@
         metric: global_acc                       # optional: default the file's metric
         worse_metric: global_acc                 # optional: the worse side's column, where the paper reports
                                                  # another quantity for those methods (default: metric)
-        at: final                                # optional: final (the last evaluated round, default) or best
+        at: final                                # optional: final (the last evaluated round, default), best, or
+                                                 # to_target: reach `target` sooner on `axis` (lower is better)
+        target: 0.8                              # with at: to_target, the metric value to reach
+        axis: virtual_s                          # with at: to_target, the column compared (default virtual_s)
         paper: [0.7366, 0.6543]                  # optional: the paper's better and worse numbers (one per worse)
         source: "Table 6"                        # optional
         note: "..."                              # optional: what a reproduction found (why it fails at CPU scale)
@@ -51,7 +54,7 @@ from lit_fl.suite.document_schema import Column, FileModel, Fraction, Label, Not
 from lit_fl.tracking.metric_kind import MetricKind
 
 #: where a claim reads its runs: the last evaluated round, or each run's best
-At = Literal["final", "best"]
+At = Literal["final", "best", "to_target"]
 
 
 def _no_seed(match: dict[str, Any]) -> dict[str, Any]:
@@ -82,7 +85,8 @@ class PaperRow(FileModel):
 
 class Claim(FileModel):
     """One comparison the paper makes: the configuration(s) ``better`` match beat those of every ``worse`` match
-    on ``metric`` (None: the file's) at the ``final`` evaluated round or at their ``best``. ``paper`` holds the
+    on ``metric`` (None: the file's) at the ``final`` evaluated round or at their ``best``, or (``at: to_target``)
+    reach ``metric`` >= ``target`` at a lower ``axis`` (virtual seconds, megabytes, rounds). ``paper`` holds the
     paper's numbers, better first, then one per ``worse`` match (empty when not given); ``note`` what a reproduction
     found about it (why it does not hold at this scale, a deviation)."""
 
@@ -91,6 +95,10 @@ class Claim(FileModel):
     worse: Annotated[tuple[ClaimMatch, ...], BeforeValidator(_listed), Field(min_length=1)]
     metric: Column | None = None
     at: At = "final"
+    #: ``at: to_target``: the value of ``metric`` to reach, and the column whose value when it is first reached is
+    #: compared (lower is better)
+    target: Number | None = None
+    axis: Column = "virtual_s"
     paper: tuple[Number, ...] = ()
     source: Label = ""
     note: Note = ""  # what was found about it at this scale (shown by docs/reproductions.md)
@@ -101,6 +109,12 @@ class Claim(FileModel):
     #: the worse side's column, when the paper reports another quantity for those methods (FedORION sec. 4.1:
     #: FedMD and KT-pFL learn no server model and report their clients' mean accuracy); None: ``metric``
     worse_metric: Column | None = None
+
+    @model_validator(mode="after")
+    def _target_with_to_target(self) -> Claim:
+        if (self.at == "to_target") != (self.target is not None):
+            raise refuse(["target"], "is given with at: to_target, and only then (the metric value to reach)")
+        return self
 
     @model_validator(mode="after")
     def _one_paper_number_per_side(self) -> Claim:

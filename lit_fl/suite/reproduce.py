@@ -41,7 +41,7 @@ SWEEPS = [
     ("Knowledge codistillation", "mnist5k_codistillation", 0.8),
     ("Differential privacy: DP-FedAvg", "mnist5k_dp_fedavg", 0.8),
     ("Differential privacy: DP-SGD", "mnist5k_dp_sgd", 0.8),
-    ("System heterogeneity: the virtual clock", "mnist5k_clock", 0.9),
+    ("System heterogeneity: the virtual clock", "mnist5k_clock", 0.8),
 ]
 
 

@@ -39,6 +39,9 @@ class SystemConfig:
         deadline_s: a server method's round deadline (virtual seconds from the round's start): an update that
             arrives later is dropped (its traffic spent, the server unchanged by it); the round then lasts until
             the deadline.
+        partial_work: under ``deadline_s``, a client that cannot finish its local work in time trains on as many of
+            its batches as it can and sends that (FedProx's variable local work, for the methods that define it:
+            ServerFedProx); without it a late update is dropped.
         over_selection: a server method selects ``(1 + over_selection)`` times its cohort and keeps the first
             ``cohort`` updates to arrive (FedScale's and Bonawitz et al.'s over-commitment); the others are dropped.
     """
@@ -54,6 +57,7 @@ class SystemConfig:
     capacity_trace: str | None = None
     availability_trace: str | None = None
     deadline_s: PositiveFloat | None = None
+    partial_work: bool = False
     over_selection: NonNegativeFloat = 0.0
 
     def __post_init__(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +32,10 @@ class ClientSystem:
 
     def available(self, t: float) -> bool:
         return self.availability is None or self.availability.available(t)
+
+    def leaves(self, t: float) -> float:
+        """When the client, there at ``t``, leaves (infinity: never)."""
+        return math.inf if self.availability is None else self.availability.leaves(t)
 
 
 def build_systems(config: SystemConfig, num_clients: int, seed: int) -> list[ClientSystem]:

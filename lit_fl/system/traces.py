@@ -98,6 +98,12 @@ class Availability:
         phase = t % self.period
         return any(start <= phase < end for start, end in self.windows)
 
+    def leaves(self, t: float) -> float:
+        """When a client there at ``t`` leaves: the end of the window it is in (``t`` itself when it is not there)."""
+        phase = t % self.period
+        ends = [end for start, end in self.windows if start <= phase < end]
+        return t - phase + max(ends) if ends else t
+
 
 def read_availability(path: Path, count: int, key: str = "system.availability_trace") -> list[Availability]:
     """The first ``count`` clients' availability windows of a FedScale behaviour trace (or its JSON)."""

@@ -45,3 +45,17 @@ class MetricKind:
         if self.is_accuracy:
             return f"{100 * mean:.2f}" if std is None else f"{100 * mean:.2f} ± {100 * std:.2f}"
         return f"{mean:.4g}" if std is None else f"{mean:.4g} ± {std:.4g}"
+
+
+@dataclass(frozen=True)
+class Elapsed(MetricKind):
+    """What it took to reach a target (the virtual seconds, megabytes or rounds of a ``to_target`` claim): a
+    number, lower is better, whatever the column is named."""
+
+    @property
+    def is_accuracy(self) -> bool:
+        return False
+
+    @property
+    def lower_is_better(self) -> bool:
+        return True

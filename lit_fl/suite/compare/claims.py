@@ -9,7 +9,13 @@ never compared with itself. Each pair is one :class:`ClaimResult`.
 
 Per pair, for every seed both configurations ran to completion, ``d_s`` is how much better the better
 configuration did than the worse one on that seed: ``better - worse`` of the metric at the last evaluated round
-(``at: final``) or at each run's best round (``at: best``); ``worse - better`` for a loss (lower is better).
+(``at: final``) or at each run's best round (``at: best``); ``worse - better`` for a loss (lower is better). With
+``at: to_target`` the compared value is the claim's ``axis`` (virtual seconds, megabytes, rounds) at the first
+evaluated round whose metric reached ``target``, on a log scale: ``d = ln(worse / better)``, the log of the speedup
+(sooner is better; "x times faster" is how such claims are made, and a heavy-tailed cost, such as the time of
+rounds that wait for the slowest of Zipf-distributed clients, is compared by its ratio, not dominated by its
+slowest seed); the table shows ``exp(mean d)``, the geometric-mean speedup. A run that never reached the target
+has no value (its seed is left out, and named).
 Unfinished runs (summary status not ``completed``) are left out and named, and so is each seed that only one side
 has (or whose run has no value of the metric). Within a configuration the first completed run of a seed counts.
 
@@ -45,7 +51,7 @@ from lit_fl.errors import ConfigError
 from lit_fl.suite.compare.results import Comparison, Group, RunResult
 from lit_fl.suite.compare.spread import sample_std
 from lit_fl.suite.paper import Claim, check_matches, matches
-from lit_fl.tracking.metric_kind import MetricKind
+from lit_fl.tracking.metric_kind import Elapsed, MetricKind
 
 ALPHA = 0.05
 HOLDS, FAILS, NOISE, TOO_FEW = "holds", "does not hold", "within seed noise", "not enough seeds"
@@ -78,10 +84,13 @@ class ClaimResult:
     unfinished: tuple[str, ...] = ()
     paper: tuple[float, float] | None = None
     p_holm: float = math.nan
+    #: ``at: to_target``: the column that had to reach the target (:attr:`metric` is then the claim's axis)
+    reached: str = ""
 
     @property
     def kind(self) -> MetricKind:
-        return MetricKind(self.metric)
+        """How :attr:`metric` compares: as the column does, or (``at: to_target``) lower is better."""
+        return Elapsed(self.metric) if self.claim.at == "to_target" else MetricKind(self.metric)
 
     @property
     def values(self) -> list[float]:
@@ -195,7 +204,9 @@ def evaluate_pair(number: int, claim: Claim, metric: str, better: Group, worse: 
     """Claim ``number`` on one pair of configurations (``j``: which ``worse`` match ``worse`` matched), paired by
     seed."""
     kind, worse_metric = MetricKind(metric), claim.worse_metric or metric
-    sides = [_by_seed(better, metric, claim.at, kind), _by_seed(worse, worse_metric, claim.at, kind)]
+    sides = [_by_seed(better, metric, claim, kind), _by_seed(worse, worse_metric, claim, kind)]
+    if claim.at == "to_target":  # the compared quantity is the axis: lower is better
+        kind = Elapsed(claim.axis)
     labels = (better.label, worse.label)
     differences, missing = [], []
     for seed in sorted(set(sides[0][0]) | set(sides[1][0]) | set(sides[0][1]) | set(sides[1][1])):
@@ -204,27 +215,35 @@ def evaluate_pair(number: int, claim: Claim, metric: str, better: Group, worse: 
             d = values[0] - values[1]
             differences.append((seed, -d if kind.lower_is_better else d))
             continue
-        why = [_absent(label, side, seed, column) for label, side, v, column
+        why = [_absent(label, side, seed, _sought(claim, column)) for label, side, v, column
                in zip(labels, sides, values, (metric, worse_metric)) if math.isnan(v)]
         missing.append(f"seed {seed} ({'; '.join(why)})")
     unfinished = tuple(run.name for side in sides for runs in side[1].values() for run in runs)
     paper = (claim.paper[0], claim.paper[1 + j]) if claim.paper else None
-    return ClaimResult(number, claim, metric, better.label, worse.label, tuple(differences), tuple(missing),
-                       unfinished, paper)
+    shown = claim.axis if claim.at == "to_target" else metric
+    return ClaimResult(number, claim, shown, better.label, worse.label, tuple(differences), tuple(missing),
+                       unfinished, paper, reached=metric if claim.at == "to_target" else "")
+
+
+def _sought(claim: Claim, column: str) -> str:
+    """What a run without a value lacks: the column, or the target it never reached."""
+    return f"{column} >= {claim.target:g}" if claim.at == "to_target" else column
 
 
 #: a configuration's runs by seed: the metric of its first completed run (NaN: no value), and its unfinished runs
 Side = tuple[dict[int, float], dict[int, list[RunResult]]]
 
 
-def _by_seed(group: Group, metric: str, at: str, kind: MetricKind) -> Side:
+def _by_seed(group: Group, metric: str, claim: Claim, kind: MetricKind) -> Side:
     values: dict[int, float] = {}
     unfinished: dict[int, list[RunResult]] = {}
     for run in group.runs:
         if not run.complete:
             unfinished.setdefault(run.seed, []).append(run)
         elif run.seed not in values:
-            values[run.seed] = run_value(run, metric, at, kind)
+            values[run.seed] = (_log(time_to_target(run, metric, claim.target, claim.axis, kind))
+                                if claim.at == "to_target" and claim.target is not None
+                                else run_value(run, metric, claim.at, kind))
     return values, unfinished
 
 
@@ -245,6 +264,20 @@ def run_value(run: RunResult, metric: str, at: str, kind: MetricKind | None = No
     if not column:
         return math.nan
     return (kind or MetricKind(metric)).best(column) if at == "best" else column[-1]
+
+
+def _log(cost: float) -> float:
+    """The log of a cost to target (NaN for none, or for a cost that is not positive: no ratio to take)."""
+    return math.log(cost) if cost > 0 else math.nan
+
+
+def time_to_target(run: RunResult, metric: str, target: float, axis: str, kind: MetricKind | None = None) -> float:
+    """``axis`` (e.g. ``virtual_s``) at the run's first row whose ``metric`` reached ``target``; NaN when none did."""
+    kind = kind or MetricKind(metric)
+    for row in run.rows:
+        if kind.reaches(row.get(metric, math.nan), target):
+            return float(row.get(axis, math.nan))
+    return math.nan
 
 
 def _context(params: dict[str, Any], keys: set[str]) -> str:

@@ -272,8 +272,7 @@ def claim_cells(result: ClaimResult) -> list[str]:
     return [
         text,
         pair,
-        f"{result.metric}{f' vs {claim.worse_metric}' if claim.worse_metric else ''}, {claim.at}"
-        + (" (lower is better)" if kind.lower_is_better else ""),
+        _compared(result),
         _difference(result),
         f"{result.holding}/{result.n}",
         _p(result.p),
@@ -283,6 +282,15 @@ def claim_cells(result: ClaimResult) -> list[str]:
     ]
 
 
+def _compared(result: ClaimResult) -> str:
+    """What the claim compares: ``metric, final``, or ``virtual_s to global_acc >= 0.8``."""
+    claim = result.claim
+    if claim.at == "to_target" and claim.target is not None:
+        return f"{result.metric} to {result.reached} >= {claim.target:g} (lower is better)"
+    return (f"{result.metric}{f' vs {claim.worse_metric}' if claim.worse_metric else ''}, {claim.at}"
+            + (" (lower is better)" if result.kind.lower_is_better else ""))
+
+
 def _p(p: float) -> str:
     return "-" if math.isnan(p) else "< 0.001" if p < 0.001 else f"{p:.3g}"
 
@@ -290,6 +298,9 @@ def _p(p: float) -> str:
 def _difference(result: ClaimResult) -> str:
     if not result.n:
         return "-"
+    if result.claim.at == "to_target":  # d = ln(worse / better): the geometric-mean speedup and its spread
+        spread = "" if math.isnan(result.std) else f" (x/÷ {math.exp(result.std):.3g})"
+        return f"{math.exp(result.mean):.3g}x sooner{spread}"
     scale, digits, unit = (100.0, ".2f", " pp") if result.kind.is_accuracy else (1.0, ".4g", "")
     spread = "" if math.isnan(result.std) else f" ± {scale * result.std:{digits}}"
     return f"{scale * result.mean:+{digits}}{spread}{unit}"
