@@ -305,7 +305,8 @@ def test_for_a_loss_lower_is_better() -> None:
 
 
 def timed_run(config: str, seed: int, accuracies: list[float], seconds: list[float]) -> RunResult:
-    rows = [{"round": float(r), "global_acc": a, "virtual_s": t} for r, (a, t) in enumerate(zip(accuracies, seconds), 1)]
+    rows = [{"round": float(r), "global_acc": a, "virtual_s": t}
+            for r, (a, t) in enumerate(zip(accuracies, seconds), 1)]
     return RunResult(f"{Path(config).stem}-s{seed}", Path("."), {"config": config, "data.beta": 0.1}, seed, rows, True)
 
 

@@ -321,8 +321,8 @@ def timed_run(seed: int, accuracy: list[float], virtual: list[float] | None) -> 
 
 
 def test_runs_on_the_virtual_clock_are_drawn_against_virtual_time(tmp_path: Path) -> None:
-    """Every metric gets a virtual-time view (the seeds' mean virtual_s at each round); virtual_s itself is an axis,
-    not a panel; a run without the clock has no curve there."""
+    """Every metric gets a virtual-time view (the seeds' geometric-mean virtual_s at each round, on a log axis);
+    virtual_s itself is an axis, not a panel; a run without the clock has no curve there."""
     from lit_fl.suite.compare.curves import axes, every_numeric_column
     from lit_fl.suite.compare.dashboard import figure, write_dashboard
     from lit_fl.suite.compare.table import to_csv, to_markdown
@@ -335,8 +335,10 @@ def test_runs_on_the_virtual_clock_are_drawn_against_virtual_time(tmp_path: Path
     assert "virtual_s" not in every_numeric_column(comparison)
     data = figure(comparison, "global_acc", "virtual_s")["data"]
     mean = next(t for t in data if t["name"].startswith("fedbuff (mean"))
-    assert mean["x"] == [15.0, 40.0] and mean["y"] == pytest.approx([0.55, 0.75])
+    assert mean["x"] == pytest.approx([math.sqrt(10.0 * 20.0), math.sqrt(30.0 * 50.0)], rel=1e-12)
+    assert mean["y"] == pytest.approx([0.55, 0.75])
     assert not any(t["name"].startswith("fedavg") for t in data)
+    assert figure(comparison, "global_acc", "virtual_s")["layout"]["xaxis"]["type"] == "log"
     write_dashboard(comparison, "", tmp_path / "d.html")
     assert "vs virtual time (s)" in (tmp_path / "d.html").read_text()
     lines = to_markdown(comparison, 0.7).splitlines()

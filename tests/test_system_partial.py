@@ -119,8 +119,8 @@ def test_a_client_that_leaves_mid_round_fails_and_changes_nothing(tmp_path: Path
 
 def test_an_async_client_that_leaves_never_arrives_and_its_slot_is_refilled() -> None:
     """FedBuff with K = 2: the in-flight client whose window ends before its update arrives is marked as leaving
-    at its departure; the step takes it with the first two real arrivals, applies those two only, and refills the freed slots with the
-    idle clients still there (the two that arrived: client 0 is gone)."""
+    at its departure; the step takes it with the first two real arrivals, applies those two only, and refills the
+    freed slots with the idle clients still there (the two that arrived: client 0 is gone)."""
     from federations import tiny_federation
 
     from lit_fl.algorithms import FedBuff

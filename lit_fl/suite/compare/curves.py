@@ -129,8 +129,19 @@ def curve(group: Group, metric: str) -> Curve:
         mean=[statistics.fmean(v) for v in values],
         std=[sample_std(v) if len(v) > 1 else 0.0 for v in values],
         epsilon=[statistics.fmean(v[2] for v in by_round[r]) for r in rounds],
-        virtual=[statistics.fmean(v[3] for v in by_round[r]) for r in rounds],
+        virtual=[_geometric_mean([v[3] for v in by_round[r]]) for r in rounds],
     )
+
+
+def _geometric_mean(seconds: list[float]) -> float:
+    """The seeds' virtual time at a round: their geometric mean (times of heavy-tailed client speeds differ by
+    orders of magnitude between seeds; drawn on a log axis, as the claims compare them by ratio); NaN without a
+    clock, the arithmetic mean when a time is 0."""
+    if any(math.isnan(t) for t in seconds) or not seconds:
+        return math.nan
+    if min(seconds) <= 0:
+        return statistics.fmean(seconds)
+    return statistics.geometric_mean(seconds)
 
 
 def axes(comparison: Comparison, metrics: list[str]) -> dict[str, list[str]]:

@@ -21,6 +21,7 @@ from lit_fl.io import atomic_write_text
 from lit_fl.suite.compare.curves import (
     AXIS_TITLES,
     EPSILON_AXIS,
+    VIRTUAL_AXIS,
     axes,
     color,
     curve,
@@ -67,7 +68,7 @@ def figure(comparison: Comparison, metric: str, axis: str) -> dict[str, Any]:
     xaxis: dict[str, Any] = {"title": {"text": AXIS_TITLES[axis]}}
     if axis == "round":  # rounds are whole numbers: ticks on integers only
         xaxis.update(tickformat="d", dtick=max(1, math.ceil(_last_round(comparison) / 10)))
-    if axis == EPSILON_AXIS:  # noise levels spend epsilons orders of magnitude apart
+    if axis in (EPSILON_AXIS, VIRTUAL_AXIS):  # epsilons and heavy-tailed times: orders of magnitude apart
         xaxis.update(type="log")
     layout = {  # the toolbar stands at the right edge, clear of the title (top left) and the legend (below)
         "title": {"text": f"{title(metric, methods(comparison))}<br><sup>vs {AXIS_TITLES[axis]}</sup>", "x": 0.01,

@@ -7,7 +7,17 @@ import math
 import re
 from pathlib import Path
 
-from lit_fl.suite.compare.curves import AXIS_TITLES, EPSILON_AXIS, axes, color, curve, methods, panels, title
+from lit_fl.suite.compare.curves import (
+    AXIS_TITLES,
+    EPSILON_AXIS,
+    VIRTUAL_AXIS,
+    axes,
+    color,
+    curve,
+    methods,
+    panels,
+    title,
+)
 from lit_fl.suite.compare.results import Comparison
 
 
@@ -35,7 +45,7 @@ def write_figures(comparison: Comparison, folder: Path) -> list[Path]:
             ax.set_xlabel(AXIS_TITLES[axis])
             if axis == "round":  # rounds are whole numbers
                 ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-            if axis == EPSILON_AXIS:  # noise levels spend epsilons orders of magnitude apart
+            if axis in (EPSILON_AXIS, VIRTUAL_AXIS):  # epsilons and heavy-tailed times: orders of magnitude apart
                 ax.set_xscale("log", nonpositive="mask")
             ax.grid(alpha=0.3)
         subplots[0].set_ylabel(metric)
