@@ -6,6 +6,11 @@ Per side: kernels per round (:mod:`benchmarks.kernels`' counter, the noise-free 
 round's CPU seconds (``round_s`` of metrics.csv: min and median over the rounds after the first, of ``--repeats``
 interleaved runs, one thread). The clock is host-side Python over the round's events; its share is the difference.
 
+Then partial work stays fused: ServerFedProx on the same 100 clients, fused (``trainer.fuse on``), kernels per round
+with a deadline every client meets against one that cuts most clients' local epochs short (``system.partial_work``):
+cut clients train fewer steps inside the same batched step, so the round launches no more kernels, not one step per
+client (the unfused count beside them).
+
     python benchmarks/clock_round.py [--repeats 3] [--rounds 4]
 """
 
@@ -44,7 +49,41 @@ def main() -> int:
         kernels = statistics.fmean(r[0] for r in rounds)
         print(f"| {side} | {kernels:,.0f} | {min(seconds[side]):.3f} | {statistics.median(seconds[side]):.3f} |",
               flush=True)
+    partial_work()
     return 0
+
+
+#: ServerFedProx on the clock: lognormal speeds, a deadline no client misses, or one that cuts most clients' work
+PROX = ["--config", str(ROOT / "experiments/mnist5k/serverfedprox.yaml"), "--data.num_clients", "100",
+        "--algorithm.init_args.client_fraction", "0.5", "--eval_every", "1", "--system.clock", "true",
+        "--system.speed", "lognormal", "--system.speed_scale", "20"]
+DEADLINES = {"whole work": ["--system.deadline_s", "1000000"],
+             "partial work": ["--system.deadline_s", "0.8", "--system.partial_work", "true"]}
+
+
+def partial_work() -> None:
+    """Kernels per round of ServerFedProx, fused and unfused, with and without partial work."""
+    print("\nServerFedProx, 100 clients, 50 a round: kernels per round (round 2 of 2)")
+    print("| work | fused | unfused | updates cut (round 2) |")
+    print("|---|---|---|---|")
+    for label, extra in DEADLINES.items():
+        kernels = {fuse: count([*PROX, *extra, "--rounds", "2"], fuse)[1][-1][0] for fuse in ("on", "off")}
+        cut = _cut_updates([*PROX, *extra, "--rounds", "2"])
+        print(f"| {label} | {kernels['on']:,} | {kernels['off']:,} | {cut} |", flush=True)
+
+
+def _cut_updates(argv: list[str]) -> str:
+    """``partial_updates`` of the last round of one run (``-`` without partial work)."""
+    import tempfile
+
+    from lit_fl.cli import main
+    from lit_fl.tracking import read_metrics
+
+    with tempfile.TemporaryDirectory() as folder:
+        if main(["fit", *argv, "--run_dir", folder, "--name", "run", "--logger.wandb", "false"]) != 0:
+            raise RuntimeError("the run failed")
+        last = read_metrics(Path(folder) / "run" / "metrics.csv")[-1]
+    return f"{last['partial_updates']:.0f} of 50" if "partial_updates" in last else "-"
 
 
 if __name__ == "__main__":
