@@ -256,8 +256,8 @@ def check_checkpoint(what: str, saved: Any, built: Any) -> None:
         raise ConfigError(f"checkpoint: {what} {saved}, this config builds {built}")
 
 
-def within_deadline(clients: Sequence[Client], works: list[ClientWork | None], federation: Federation,
-                    ledger: CommunicationLedger) -> list[ClientWork | None]:
+def within_deadline(clients: Sequence[Client], works: list[Any], federation: Federation,
+                    ledger: CommunicationLedger) -> list[Any]:
     """Partial work (``system.partial_work``, :mod:`lit_fl.system.partial`): each work cut to the batches its client
     can train and upload (its model) by the deadline; unchanged otherwise."""
     system = federation.system_config
@@ -270,9 +270,10 @@ def within_deadline(clients: Sequence[Client], works: list[ClientWork | None], f
                    system.deadline_s) for client, work in zip(clients, works)]
 
 
-def done_in_time(works: list[ClientWork | None]) -> tuple[list[ClientWork | None], tuple[int, int]]:
-    """After the client phase: the works whose clients did something (a client whose every batch fell past the
-    deadline sends nothing), and how many works partial work cut and how many it left empty."""
+def done_in_time(works: list[Any]) -> tuple[list[Any], tuple[int, int]]:
+    """After the client phase (any works: training or value works): the works whose clients did something (a client
+    whose every batch fell past the deadline sends nothing), and how many works partial work cut and how many it left
+    empty."""
     from lit_fl.system.partial import cut
 
     cuts = [cut(work) for work in works]

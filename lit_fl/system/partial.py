@@ -27,7 +27,7 @@ def within_deadline(work: ClientWork | None, events: Sequence[Event], systems: S
     """``work`` with its batches cut to what its client can do and upload (``upload_mb``) by ``deadline_s``, given
     the round's ``events`` so far (its download among them); unchanged when it is None or not a pass over the
     client's own batches."""
-    if work is None or not isinstance(work.batches, ClientBatches):
+    if not isinstance(work, ClientWork) or not isinstance(work.batches, ClientBatches):
         return work
     own = [e for e in events if work.client in _ends(e)]  # a client's clock depends on its own events alone
     budget = _fits(work.client, own, systems, server, upload_mb, deadline_s, trained_params(work.step))
@@ -48,9 +48,10 @@ def _ends(event: Event) -> tuple[int, ...]:
     return (event.client,) if isinstance(event, Work) else (event.source, event.target)
 
 
-def cut(work: ClientWork | None) -> tuple[bool, bool]:
-    """After the phase: whether ``work`` was cut (some of its batches left undone) and whether nothing was left."""
-    if work is None or not isinstance(work.batches, ClientBatches) or work.batches.budget is None:
+def cut(work: object) -> tuple[bool, bool]:
+    """After the phase: whether ``work`` (any work of a phase, or None) was cut (some of its batches left undone)
+    and whether nothing was left."""
+    batches = getattr(work, "batches", None)
+    if not isinstance(batches, ClientBatches) or batches.budget is None:
         return False, False
-    batches = work.batches
     return batches.kept < batches.drawn, batches.kept == 0 < batches.drawn
