@@ -126,7 +126,7 @@ CASES: list[tuple[str, Callable[[Path], None], list[str], list[str]]] = [
      ["compare", "{tmp}/sweep"], ["paper.yaml", "fraction"]),
     ("compare-paper-claim-unknown-key", _write(
         "sweep/paper.yaml", "rows: []\nclaims: [{claim: c, better: {seed: 0}, worse: {seed: 1}, when: now}]\n"),
-     ["compare", "{tmp}/sweep"], ["paper.yaml", "claims[1]", "unknown key 'when'", "allowed: about, at, better"]),
+     ["compare", "{tmp}/sweep"], ["paper.yaml", "claims[1]", "unknown key 'when'", "allowed: about, at, axis, better"]),
     # compare: what it writes and its options
     ("compare-out-is-a-file", _nothing, ["compare", "{tmp}/runs", "--out", "{tmp}/a-file"], ["--out", "not a folder"]),
     ("compare-out-under-a-file", _nothing, ["compare", "{tmp}/runs", "--out", "{tmp}/a-file/out"], ["--out"]),
