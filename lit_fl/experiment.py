@@ -424,7 +424,7 @@ def check_system(config: SystemConfig, algorithm: Algorithm, federation: Federat
     from lit_fl.algorithms.server import ServerAlgorithm
 
     server = isinstance(algorithm, ServerAlgorithm)
-    if config.policies and not (server and algorithm.round_policies):  # type: ignore[attr-defined]
+    if config.policies and not (server and not algorithm.asynchronous):
         raise ConfigError(f"system.deadline_s, system.over_selection: the round policies of a server that waits for "
                           f"its updates; {algorithm.name} has none (docs/system.md)")
     if config.partial_work and config.deadline_s is None:
@@ -432,9 +432,9 @@ def check_system(config: SystemConfig, algorithm: Algorithm, federation: Federat
     if config.partial_work and not (server and algorithm.partial_work):  # type: ignore[attr-defined]
         raise ConfigError(f"system.partial_work: {algorithm.name} defines no partial work; the methods that do: "
                           "ServerFedProx (give it mu 0 for FedAvg with partial work)")
-    if config.availability_trace is not None and not (server and algorithm.selects_available):  # type: ignore
+    if config.availability_trace is not None and not algorithm.selects_available:
         raise ConfigError(f"system.availability_trace: {algorithm.name} draws its participants without regard to "
-                          "who is there; the server methods select among the clients available (docs/system.md)")
+                          "who is there; the methods that select among the clients there: docs/system.md")
     if config.deadline_s is None or federation.systems is None:
         return
     best = min(_fastest_round_s(algorithm, federation, c, config.partial_work) for c in federation.clients)

@@ -241,11 +241,6 @@ def test_an_offline_client_cannot_be_selected(tmp_path: Path) -> None:
     assert result.senders == (1, 2, 3, 5)
 
 
-def write_json(path: Path, records: dict) -> Path:
-    path.write_text(json.dumps(records))
-    return path
-
-
 @pytest.mark.parametrize(("algorithm", "system", "message"), [
     ("ServerFedAvg", {"deadline_s": 1e-6}, r"system.deadline_s: 1e-06 s is shorter than any client's round \(the "
                                            r"fastest takes .* s to download, train and upload\); raise it"),
@@ -261,9 +256,6 @@ def write_json(path: Path, records: dict) -> Path:
     ("ServerFedProx", {"deadline_s": 1e-6, "partial_work": True},
      r"system.deadline_s: 1e-06 s is shorter than any client's round \(the fastest takes .* s to download, train and "
      r"upload\); raise it"),
-    ("DFML", {"availability_trace": "trace.json"},
-     r"system.availability_trace: DFML draws its participants without regard to who is there; the server methods "
-     r"select among the clients available \(docs/system.md\)"),
 ])
 def test_clock_policies_a_run_cannot_take_are_one_line(tmp_path: Path, algorithm: str,
                                                                   system: dict[str, float], message: str) -> None:
@@ -271,9 +263,6 @@ def test_clock_policies_a_run_cannot_take_are_one_line(tmp_path: Path, algorithm
     if algorithm != "DFML":
         config["algorithm"]["init_args"].pop("sender_fraction")
         config["models"] = {"pool": ["cnn_4_8"]}
-    if "availability_trace" in system:
-        trace = {str(k): {"active": [0], "inactive": [10], "finish_time": 10} for k in range(6)}
-        system = {**system, "availability_trace": str(write_json(tmp_path / "trace.json", trace))}
     config["system"] = {"clock": True, **system}
     result = run_cli("fit", "--config", write_config(tmp_path / "cfg.yaml", config), "--run_dir", tmp_path / "runs")
     assert result.rc == 2 and not (tmp_path / "runs").exists()

@@ -1,20 +1,19 @@
-"""Partial work under a deadline (``system.partial_work``, :mod:`lit_fl.system.partial`) and clients that leave
-mid-round (their availability window ends): the batches a straggler keeps by hand, fused equal to unfused with both,
-and a departed client's update changing nothing, on a server round and on an asynchronous one."""
+"""Partial work under a deadline (``system.partial_work``, :mod:`lit_fl.system.partial`): the batches a straggler
+keeps by hand and as a property (the longest prefix that arrives in time), the data order unchanged, and fused equal
+to unfused."""
 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
-import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from lit_fl.federation.endpoints import SERVER
 from lit_fl.system.clock import MEGABITS_PER_MB, Work, round_time
 from lit_fl.system.config import SystemConfig
 from lit_fl.system.profiles import ClientSystem
-from lit_fl.system.traces import Availability
 
 #: ServerFedProx's local work in these tests: batch 16, mu 0.5
 BATCH = 16
@@ -95,51 +94,38 @@ def test_fused_and_unfused_partial_work_give_the_same_weights(float64_native: No
     assert torch.get_default_dtype() == torch.float64
 
 
-def test_a_client_that_leaves_mid_round_fails_and_changes_nothing(tmp_path: Path) -> None:
-    """The round starts at t = 10 s; client 2's window ends at 10.2 s, before its update (0.5 s into the round)
-    arrives: it fails like a lost upload, the server model is the average of the others, ``left_clients`` counts it
-    and the round ends when the last other client arrived (not when client 2 would have)."""
-    from lit_fl.steps import weighted_average
+@given(rates=st.lists(st.floats(0.01, 100.0), min_size=1, max_size=4), deadline=st.floats(0.05, 5.0),
+       samples=st.integers(1, 60), epochs=st.integers(1, 3), latency=st.floats(0.0, 0.05))
+def test_a_cut_is_the_longest_prefix_that_arrives_by_the_deadline(rates: list[float], deadline: float, samples: int,
+                                                                   epochs: int, latency: float) -> None:
+    """For any rates, deadline and data: the kept batches arrive by the deadline on the clock (download, their work,
+    upload) and one batch more would not; the pass drawn is the whole one."""
+    from torch import nn
 
-    always = Availability(((0.0, 100.0),), 100.0)
-    leaving = Availability(((5.0, 10.2),), 100.0)
-    systems = [ClientSystem(rate, 100.0, 100.0, 0.0, leaving if k == 2 else always)
-               for k, rate in enumerate((1000.0, 1000.0, 0.1, 1000.0))]
-    config = SystemConfig(clock=True, availability_trace=str(tmp_path / "unused"))
-    fed, ledger, result, _ = fedprox_round(systems, config, available_at=10.0)
-    finished = round_time(ledger.events, systems, SERVER).finished
-    assert finished[2] > 0.2 and result.senders == (0, 1, 3) and result.extra["left_clients"] == 1.0
-    assert ledger.cutoff_s == pytest.approx(max(finished[0], finished[1], finished[3], 0.2), abs=1e-12)
-    kept = [fed.clients[k] for k in result.senders]
-    expected = weighted_average([c.model.state_dict() for c in kept], [c.num_train for c in kept])
-    server = fed.server["global"].state_dict()
-    for key, value in expected.items():
-        assert float((server[key] - value).norm()) <= 1e-6 * max(float(value.norm()), 1.0), key
+    from lit_fl.data.batches import ClientBatches
+    from lit_fl.steps.phase import ClientWork, sample_mparams, trained_params
+    from lit_fl.system.clock import Transfer
+    from lit_fl.system.partial import within_deadline
 
+    model = nn.Linear(20, 5)
+    step = type("Step", (nn.Module,), {})()
+    step.model = model
+    systems = [ClientSystem(rate, 20.0, 50.0, latency) for rate in rates]
+    client, mb = len(rates) - 1, 0.01
+    events = [Transfer(SERVER, k, mb) for k in range(len(rates))]
+    batches = ClientBatches(torch.zeros(samples, 20), torch.zeros(samples), torch.arange(samples), 8,
+                            torch.Generator().manual_seed(0), epochs=epochs)
+    work = within_deadline(ClientWork(client, step, batches), events, systems, SERVER, mb, deadline)
+    plan = work.batches.plan()
 
-def test_an_async_client_that_leaves_never_arrives_and_its_slot_is_refilled() -> None:
-    """FedBuff with K = 2: the in-flight client whose window ends before its update arrives is marked as leaving
-    at its departure; the step takes it with the first two real arrivals, applies those two only, and refills the
-    freed slots with the idle clients still there (the two that arrived: client 0 is gone)."""
-    from federations import tiny_federation
+    def arrival(batches: int) -> float:
+        cost = sample_mparams(sum(len(p.indices) for p in full[:batches]), trained_params(step))
+        timeline = [*events, Work(client, cost), Transfer(client, SERVER, mb)]
+        return round_time(timeline, systems, SERVER).finished[client]
 
-    from lit_fl.algorithms import FedBuff
-    from lit_fl.federation.ledger import CommunicationLedger
-    from lit_fl.steps import StepRunner
-
-    always = Availability(((0.0, 1e9),), 1e9)
-    fed = tiny_federation(num_clients=6, pool=("cnn_4_8",))
-    fed.systems = [ClientSystem(1000.0, 100.0, 100.0, 0.0, always) for _ in range(6)]
-    fed.systems[0] = ClientSystem(1000.0, 100.0, 100.0, 0.0, Availability(((0.0, 1e-4),), 1e9))
-    algo = FedBuff(buffer_size=2, concurrency=6, local_epochs=1, batch_size=16)
-    algo.setup(fed)
-    runner, ledger = StepRunner("cpu"), CommunicationLedger.of(fed)
-    ledger.start_round()
-    algo.dispatch(6, 0.0, fed, runner, ledger)
-    gone = [u for u in algo.in_flight if u.left]
-    assert [u.client for u in gone] == [0] and gone[0].arrives_s == 1e-4
-    order = sorted((u for u in algo.in_flight if not u.left), key=lambda u: (u.arrives_s, u.client))
-    result = algo.run_round(1, fed, runner, ledger)
-    assert result.senders == tuple(u.client for u in order[:2])
-    assert algo.version == 1 and 0 not in result.senders
-    assert sorted(u.client for u in algo.in_flight) == list(range(1, 6))
+    full = ClientBatches(batches.x_all, batches.y_all, batches.indices, 8, torch.Generator().manual_seed(0),
+                         epochs=epochs).plan()
+    assert work.batches.drawn == len(full) == epochs * math.ceil(samples / 8)
+    assert [p.indices.tolist() for p in plan] == [p.indices.tolist() for p in full[:len(plan)]]
+    assert len(plan) == 0 or arrival(len(plan)) <= deadline
+    assert len(plan) == len(full) or arrival(len(plan) + 1) > deadline

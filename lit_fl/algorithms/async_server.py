@@ -76,8 +76,8 @@ class AsyncServerAlgorithm(ServerAlgorithm):
     Subclasses set :attr:`buffer_size` and define :meth:`upload` and :meth:`apply`."""
 
     requires = (*ServerAlgorithm.requires, ONE_ARCHITECTURE)
-    #: no round waits for uploads: a deadline or over-selection has nothing to cut
-    round_policies = False
+    #: updates arrive across rounds: no round deadline; the method times its clients and their departures itself
+    asynchronous = True
     #: how many arrivals one server step takes
     buffer_size: int = 1
     #: how many clients train at once (at most the clients)

@@ -71,6 +71,12 @@ class Algorithm(ABC):
     #: Whether every client training phase of the method can run DP-SGD (``privacy.level sample``): its steps
     #: define ``data_loss`` (docs/extending.md) and no phase trains on a client's data in a step without it.
     sample_level_dp: ClassVar[bool] = False
+    #: Whether :meth:`select` (a server's) or :meth:`plan` (a peer method's) draws among the clients there on the
+    #: virtual clock (``system.availability_trace``); a method that draws otherwise refuses an availability trace
+    selects_available: ClassVar[bool] = False
+    #: Whether the method's updates arrive across rounds on the virtual clock (FedAsync, FedBuff), which then times
+    #: its clients itself: no round deadline, and departures are its own (the ledger's are per round)
+    asynchronous: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

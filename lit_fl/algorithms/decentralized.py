@@ -14,7 +14,7 @@ from lit_fl.algorithms.base import RoundResult, nanmean
 from lit_fl.algorithms.peer import PeerAlgorithm, PeerRound
 from lit_fl.algorithms.requirements import AGGREGATOR_AND_SENDERS
 from lit_fl.constraints import Fraction, NonNegativeInt
-from lit_fl.federation.selection import Participants, select_participants
+from lit_fl.federation.selection import Participants, available_clients, select_participants
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -38,6 +38,8 @@ class DecentralizedAlgorithm(PeerAlgorithm):
     #: sender's model is released clipped and noised (:meth:`exchange`); the method releases what else leaves a
     #: client (an aggregator's own model mixed into what it returns, its returns) and calls :meth:`settle`.
     exchange_dp: ClassVar[bool] = False
+    #: the aggregator and senders are drawn among the clients there (:meth:`select`)
+    selects_available: ClassVar[bool] = True
 
     def __init__(
         self, sender_fraction: Fraction = 0.5, fixed_aggregator: NonNegativeInt | None = None, **kwargs: Any
@@ -47,8 +49,9 @@ class DecentralizedAlgorithm(PeerAlgorithm):
         self.fixed_aggregator = fixed_aggregator
         self.previous_aggregator: int | None = None
 
-    def select(self, round_: int, federation: Federation) -> Participants:
-        """This round's aggregator and senders on the federation's topology."""
+    def select(self, round_: int, federation: Federation) -> Participants | None:
+        """This round's aggregator and senders on the federation's topology, among the clients there at the round's
+        start on the virtual clock (``system.availability_trace``); None when nobody can aggregate."""
         participants = select_participants(
             round_,
             self.previous_aggregator,
@@ -57,13 +60,18 @@ class DecentralizedAlgorithm(PeerAlgorithm):
             federation.rng.selection,
             self.fixed_aggregator,
             federation.topology,
+            available_clients(federation),
         )
-        self.previous_aggregator = participants.aggregator
+        if participants is not None:
+            self.previous_aggregator = participants.aggregator
         return participants
 
     def plan(self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger) -> PeerRound:
-        """:meth:`select`'s participants train (the aggregator first); the aggregator receives from the senders."""
+        """:meth:`select`'s participants train (the aggregator first); the aggregator receives from the senders.
+        Nobody there: an empty round (nothing trains, nothing travels)."""
         participants = self.select(round_, federation)
+        if participants is None:
+            return PeerRound(round_, [], [], draw=None)
         aggregator = federation.clients[participants.aggregator]
         senders = [federation.clients[n] for n in participants.senders]
         return PeerRound(round_, [aggregator, *senders], [(aggregator, senders)], draw=participants)
@@ -100,6 +108,8 @@ class DecentralizedAlgorithm(PeerAlgorithm):
                 sender.set_weights(plan.state["own"][sender.id])
 
     def round_result(self, plan: PeerRound, federation: Federation) -> RoundResult:
+        if plan.draw is None:  # nobody was there
+            return RoundResult(train_loss=nanmean(plan.losses), extra=plan.extra)
         return RoundResult(
             aggregator=plan.draw.aggregator,
             senders=plan.draw.senders,

@@ -95,6 +95,9 @@ class PairwiseExchange(DecentralizedAlgorithm):
         """``Q = round(sender_fraction * N)``, capped at ``N // 2`` so that 2Q clients are distinct."""
         return min(num_senders(num_clients, self.sender_fraction), num_clients // 2)
 
+    #: the pairs are drawn among every client (Def-KT's Algorithm 1), not among those there
+    selects_available = False
+
     def plan(self, round_: int, federation: Federation, runner: StepRunner, ledger: CommunicationLedger) -> PeerRound:
         """The round's pairs (:func:`draw_pairs`): the senders train, each receiver receives from its sender."""
         pairs = draw_pairs(

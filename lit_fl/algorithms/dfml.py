@@ -127,7 +127,8 @@ class DFML(DecentralizedAlgorithm):
         self.update_peaks(updated, plan.round, plan.state["alpha"])
 
     def round_result(self, plan: PeerRound, federation: Federation) -> RoundResult:
-        return replace(super().round_result(plan, federation), alpha=plan.state["alpha"])
+        """The round's alpha(t) (that of the schedule in a round nobody was there for)."""
+        return replace(super().round_result(plan, federation), alpha=plan.state.get("alpha", self.alpha(plan.round)))
 
     def update_peaks(self, clients: list, round_: int, alpha: float) -> None:
         """The last lines of Algorithm 1: ``if alpha(t) >= alpha_n: peak_n = W_n+, alpha_n = alpha(t)``.

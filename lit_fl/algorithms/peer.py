@@ -160,9 +160,10 @@ class PeerAlgorithm(Algorithm):
         restore: Callable[[Client, dict[str, Tensor]], None] | None = None,
     ) -> list[Client]:
         """``sender`` returns updated ``models`` (default: the receivers' regular models, already updated in
-        place). A lost return (``faults.return_drop_prob``) still costs traffic; that receiver's model is
-        restored from ``before`` (its weights before the aggregator touched them) with ``restore`` (default:
-        ``Client.set_weights`` of the regular model). Returns the receivers that got their model back."""
+        place). A lost return (``faults.return_drop_prob``, or an end that left mid-round) still costs traffic;
+        that receiver's model is restored from ``before`` (its weights before the aggregator touched them) with
+        ``restore`` (default: ``Client.set_weights`` of the regular model). Returns the receivers that got their
+        model back."""
         from lit_fl.federation.state import Client
 
         delivered = []
@@ -179,9 +180,11 @@ class PeerAlgorithm(Algorithm):
     def snapshot_for_returns(
         self, federation: Federation, clients: Sequence[Client], models: Sequence[nn.Module] | None = None
     ) -> dict[int, dict[str, Tensor]]:
-        """The clients' current weights (or those of ``models``), kept only when returns can be lost
-        (restored by :meth:`give_back`)."""
-        if federation.faults.return_drop_prob <= 0:
+        """The clients' current weights (or those of ``models``), kept only when returns can be lost (a fault,
+        ``faults.return_drop_prob``, or a client that leaves mid-round on the virtual clock; restored by
+        :meth:`give_back`)."""
+        leaving = federation.system_config is not None and federation.system_config.availability_trace is not None
+        if federation.faults.return_drop_prob <= 0 and not leaving:
             return {}
         models = models if models is not None else [c.model for c in clients]
         return {c.id: {k: v.detach().clone() for k, v in m.state_dict().items()} for c, m in zip(clients, models)}

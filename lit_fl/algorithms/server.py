@@ -27,14 +27,16 @@ paper adds). Every server method's round is
 
 Every transfer goes through the ledger to or from :data:`~lit_fl.federation.ledger.SERVER`, so faults and traffic
 are the same for every server method. A client whose download is lost, or that has nothing to train, does no work
-and sends nothing; one whose upload is lost is left out of the server update.
+and sends nothing; one whose upload is lost is left out of the server update. On the virtual clock
+(:mod:`lit_fl.system`) the round also cuts the works to the deadline before the phase (partial work,
+:func:`cut_to_deadline`) and leaves out the updates that did not arrive in time or whose client left, before the
+update transforms (:func:`in_time`): a method's hooks see only what arrived.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import math
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from lit_fl.algorithms.base import Algorithm, RoundResult, nanmean, phase_losses
@@ -75,11 +77,7 @@ class ServerAlgorithm(Algorithm):
     #: an upload's ``extra`` entry (a list of tensors) that changes server state beside the model (SCAFFOLD's
     #: ``delta_c``): user-level DP clips it together with the model delta (one norm) and noises its sum
     private_extra: ClassVar[str | None] = None
-    #: True: the clock's round policies (``system.deadline_s``, ``system.over_selection``) apply to its round (the
-    #: round waits for uploads in :func:`in_time`); an asynchronous method, which has no round to wait for, refuses them
-    round_policies: ClassVar[bool] = True
-    #: True: :meth:`select` draws among the clients there (``system.availability_trace``); a method that draws its
-    #: participants otherwise refuses availability traces in one line
+    #: :meth:`select` draws among the clients there (``system.availability_trace``)
     selects_available: ClassVar[bool] = True
     #: True: the method defines partial work (``system.partial_work``): a client that cannot finish its local work
     #: by the deadline sends what it trained on a prefix of its batches (FedProx's variable local work). Its uploads
@@ -114,7 +112,7 @@ class ServerAlgorithm(Algorithm):
         starts = {group: {k: v.detach() for k, v in federation.server[group].state_dict().items()}
                   for group in {self.group_of(c) for c in selected} if group in federation.server}
         works = [self.broadcast(client, starts, federation, ledger) for client in selected]
-        works = within_deadline(selected, works, federation, ledger)
+        works = cut_to_deadline(selected, works, federation, ledger)
         results = runner.run_phase(works)
         works, cut = done_in_time(works)
         collected = self.collect_all(selected, works, results, federation, runner, ledger)
@@ -256,7 +254,7 @@ def check_checkpoint(what: str, saved: Any, built: Any) -> None:
         raise ConfigError(f"checkpoint: {what} {saved}, this config builds {built}")
 
 
-def within_deadline(clients: Sequence[Client], works: list[Any], federation: Federation,
+def cut_to_deadline(clients: Sequence[Client], works: list[Any], federation: Federation,
                     ledger: CommunicationLedger) -> list[Any]:
     """Partial work (``system.partial_work``, :mod:`lit_fl.system.partial`): each work cut to the batches its client
     can train and upload (its model) by the deadline; unchanged otherwise."""
@@ -264,10 +262,10 @@ def within_deadline(clients: Sequence[Client], works: list[Any], federation: Fed
     if system is None or not system.partial_work or federation.systems is None or system.deadline_s is None:
         return works
     from lit_fl.federation.ledger import model_megabytes
-    from lit_fl.system.partial import within_deadline as cut_to
+    from lit_fl.system.partial import within_deadline
 
-    return [cut_to(work, ledger.events, federation.systems, SERVER, model_megabytes(client.model),
-                   system.deadline_s) for client, work in zip(clients, works)]
+    return [within_deadline(work, ledger.events, federation.systems, SERVER, model_megabytes(client.model),
+                            system.deadline_s) for client, work in zip(clients, works)]
 
 
 def done_in_time(works: list[Any]) -> tuple[list[Any], tuple[int, int]]:
@@ -283,39 +281,27 @@ def done_in_time(works: list[Any]) -> tuple[list[Any], tuple[int, int]]:
 
 def in_time(updates: list[ClientUpdate], federation: Federation, ledger: CommunicationLedger,
             cohort_size: int, cut: tuple[int, int] = (0, 0)) -> tuple[list[ClientUpdate], dict[str, float]]:
-    """The updates a server uses on the virtual clock, in their order: not of a client that left before its update
-    arrived (its availability window ended: it fails, as a fault would fail it; ``left_clients``), by the deadline
-    (``system.deadline_s``; ``late_updates``, with the clients partial work left with nothing in time: ``cut``'s
-    second count) and the first ``cohort_size`` to arrive (``system.over_selection``). The time the server stopped
-    waiting goes to ``ledger.cutoff_s``: the last kept update's under over-selection, the deadline when an update
-    came late, else the last participant's arrival or departure. Without policies or availability: all."""
+    """The updates a server uses under the virtual clock's policies, in their order: those that arrived by the
+    deadline (``system.deadline_s``; ``late_updates``, with the clients partial work left with nothing in time:
+    ``cut``'s second count) and the first ``cohort_size`` to arrive (``system.over_selection``). The time the server
+    stopped waiting goes to ``ledger.cutoff_s``: the last kept update's under over-selection, else the deadline when
+    an update came late. Without policies: all. (A client that left before its upload arrived sent nothing: the
+    ledger failed its transfer.)"""
     system = federation.system_config
-    if system is None or federation.systems is None or not (system.policies or system.availability_trace):
+    if system is None or not system.policies or federation.systems is None:
         return updates, {}
     from lit_fl.system.clock import round_time
 
     finished = round_time(ledger.events, federation.systems, SERVER).finished
-    start = federation.virtual_s
-    leaves = {c: federation.systems[c].leaves(start) - start for c in finished}  # seconds into the round
     arrivals = sorted((finished.get(u.client, 0.0), i) for i, u in enumerate(updates))
-    stayed = [(t, i) for t, i in arrivals if t <= leaves.get(updates[i].client, math.inf)]
     deadline = system.deadline_s
-    on_time = [(t, i) for t, i in stayed if deadline is None or t <= deadline]
+    on_time = [(t, i) for t, i in arrivals if deadline is None or t <= deadline]
     kept = on_time[:cohort_size] if system.over_selection > 0 else on_time
     partial, empty = cut
-    if len(kept) == len(arrivals) and not empty:
-        pass  # the server waited for every update
-    elif system.over_selection > 0 and len(kept) == cohort_size:
-        ledger.cutoff_s = kept[-1][0]
-    elif len(kept) < len(stayed) or empty:
-        ledger.cutoff_s = deadline
-    else:  # departures alone: the server stopped waiting for each client when it left
-        ledger.cutoff_s = max(min(t, leaves[c]) for c, t in finished.items())
-    metrics = {}
-    if system.policies:
-        metrics["late_updates"] = float(len(stayed) - len(kept) + empty)
+    if len(kept) < len(arrivals) or empty:
+        full = system.over_selection > 0 and len(kept) == cohort_size
+        ledger.cutoff_s = kept[-1][0] if full else deadline
+    metrics = {"late_updates": float(len(arrivals) - len(kept) + empty)}
     if system.partial_work:
         metrics["partial_updates"] = float(partial)
-    if system.availability_trace is not None:
-        metrics["left_clients"] = float(len(arrivals) - len(stayed))
     return [updates[i] for i in sorted(i for _, i in kept)], metrics

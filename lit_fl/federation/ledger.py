@@ -13,13 +13,14 @@ from torch import Tensor, nn
 
 from lit_fl.federation.endpoints import SERVER
 from lit_fl.federation.faults import FaultsConfig
-from lit_fl.system.clock import Transfer, Work
+from lit_fl.system.clock import Departure, Timeline, Transfer, Work
 
 if TYPE_CHECKING:
     import numpy as np
 
     from lit_fl.federation.state import Federation
     from lit_fl.federation.topology import Topology
+    from lit_fl.system.profiles import ClientSystem
 
 MB = 1024 * 1024
 
@@ -60,6 +61,19 @@ class RoundFaults:
         return {"dropped_senders": float(self.dropped_senders), "lost_returns": float(self.lost_returns)}
 
 
+@dataclass(frozen=True)
+class Leaving:
+    """When the clients leave during a round (``system.availability_trace``): their ``systems``, the round's start on
+    the virtual clock ``start_s``."""
+
+    systems: Sequence[ClientSystem]
+    start_s: float
+
+    def after_s(self, client: int) -> float:
+        """Seconds into the round at which ``client`` leaves (0 when it is not there at the start; inf: never)."""
+        return self.systems[client].leaves(self.start_s) - self.start_s
+
+
 @dataclass
 class CommunicationLedger:
     """Per-round and cumulative traffic. ``sent`` = towards an aggregator, a peer or a server, ``returned`` = back.
@@ -85,25 +99,40 @@ class CommunicationLedger:
     round_faults: RoundFaults = field(default_factory=RoundFaults)
     #: the round's transfers and client work in the order they happened (the virtual clock's input,
     #: :mod:`lit_fl.system.clock`); work is recorded only while a clock runs (:meth:`record_work`)
-    events: list[Transfer | Work] = field(default_factory=list)
+    events: list[Transfer | Work | Departure] = field(default_factory=list)
     #: when a server stopped waiting for updates this round (a deadline, over-selection's last kept update), in
     #: virtual seconds from the round's start; None: it waited for every one
     cutoff_s: float | None = None
+    #: the clients that left this round before a transfer of theirs ended (:meth:`start_round`'s ``leaving``)
+    departed: set[int] = field(default_factory=set)
     _links: dict[tuple[int, int], bool] = field(default_factory=dict, repr=False)
     _returns: dict[tuple[int, int], bool] = field(default_factory=dict, repr=False)
+    _leaving: Leaving | None = field(default=None, repr=False)
+    _timeline: Timeline | None = field(default=None, repr=False)
 
     @classmethod
     def of(cls, federation: Federation) -> CommunicationLedger:
         """A ledger applying ``federation``'s faults, drawn from its fault stream (restored on resume)."""
         return cls(faults=federation.faults, rng=federation.rng.faults, topology=federation.topology)
 
-    def start_round(self) -> None:
+    def start_round(self, leaving: Leaving | None = None) -> None:
+        """A new round. With ``leaving`` (clients with availability windows, on the virtual clock) a transfer fails
+        when either of its clients leaves before it would end (:meth:`send`, :meth:`give_back`): a client that
+        leaves mid-round fails like a fault."""
         self.round_sent_mb = self.round_returned_mb = 0.0
         self.transfers = []
         self.round_faults = RoundFaults()
         self._links, self._returns = {}, {}
         self.events = []
         self.cutoff_s = None
+        self.departed = set()
+        self._leaving = leaving
+        self._timeline = Timeline(leaving.systems, SERVER) if leaving is not None else None
+
+    @property
+    def leaving(self) -> Leaving | None:
+        """The round's departures' schedule (:meth:`start_round`), or None."""
+        return self._leaving
 
     def reaches(self, source: int, target: int) -> bool:
         """Whether ``source`` reaches ``target`` this round (False: it fails before sending, ``faults.drop_prob``);
@@ -134,6 +163,10 @@ class CommunicationLedger:
         hops = self.links(source, target, hops)
         if not self.reaches(source, target):
             return False
+        leaving = self._departing(source, target, model_megabytes(model) * hops)
+        if leaving:  # a client left before the model arrived: nothing counts as sent
+            self._depart(leaving)
+            return False
         self._record(source, target, model, hops, returned=False)
         return True
 
@@ -141,8 +174,11 @@ class CommunicationLedger:
         """``model`` travels back from ``source`` to ``target``; False when it was lost on the way (:meth:`returns`):
         the traffic is spent, the target does not get it."""
         hops = self.links(source, target, hops)
+        leaving = self._departing(source, target, model_megabytes(model) * hops)
         self._record(source, target, model, hops, returned=True)
-        return self.returns(source, target)
+        arrives = self.returns(source, target)  # drawn whether or not a client left: the fault stream is unchanged
+        self._depart(leaving)
+        return arrives and not leaving
 
     def links(self, source: int, target: int, hops: int | None = None) -> int:
         """The links a transfer crosses: ``hops`` when given, else the topology's (1 without a topology or for the
@@ -153,6 +189,25 @@ class CommunicationLedger:
         expected = self.topology.hops(source, target)
         return expected if hops is None else hops
 
+    def _departing(self, source: int, target: int, mb: float) -> list[Departure]:
+        """The clients of a transfer of ``mb`` megabytes that leave before it would end (none without ``leaving``)."""
+        if self._leaving is None or self._timeline is None:
+            return []
+        transfer = Transfer(source, target, mb)
+        end = self._timeline.ends_at(transfer)
+        leaves = {e: self._leaving.after_s(e) for e in self._timeline.ends(transfer)}
+        return [Departure(e, at) for e, at in leaves.items() if at < end]
+
+    def _depart(self, departures: list[Departure]) -> None:
+        for departure in departures:
+            self.departed.add(departure.client)
+            self._event(departure)
+
+    def _event(self, event: Transfer | Work | Departure) -> None:
+        self.events.append(event)
+        if self._timeline is not None:
+            self._timeline.add(event)
+
     def _record(self, source: int, target: int, model: nn.Module, hops: int, returned: bool) -> None:
         mb = model_megabytes(model) * hops
         if returned:
@@ -161,12 +216,12 @@ class CommunicationLedger:
             self.round_sent_mb += mb
         self.total_mb += mb
         self.transfers.append((source, target, mb))
-        self.events.append(Transfer(source, target, mb))
+        self._event(Transfer(source, target, mb))
 
     def record_work(self, client: int, sample_mparams: float) -> None:
         """``client`` trained on samples worth ``sample_mparams`` (samples times its models' millions of parameters);
         the phase runner calls it while the virtual clock runs."""
-        self.events.append(Work(client, sample_mparams))
+        self._event(Work(client, sample_mparams))
 
     def _fails(self, probability: float) -> bool:
         """One failure draw (no draw at all when the probability is 0, so faults off never move the stream)."""

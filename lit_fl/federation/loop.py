@@ -20,6 +20,7 @@ from lit_fl.steps.runner import StepRunner
 from lit_fl.stop_signals import STOP_SIGNALS
 
 if TYPE_CHECKING:
+    from lit_fl.federation.ledger import Leaving
     from lit_fl.federation.round import RoundAlgorithm
 
 @dataclass
@@ -81,7 +82,7 @@ class RoundLoop:
 
     def run_round(self, round_: int) -> dict[str, float] | None:
         """One round, then its metric row if the round is evaluated (``None`` otherwise)."""
-        self.ledger.start_round()
+        self.ledger.start_round(self._leaving())
         clock = self.federation.systems is not None
         self.runner.work_log = self.ledger.record_work if clock else None
         start = time.perf_counter()
@@ -117,16 +118,30 @@ class RoundLoop:
             callback.on_round(round_, row)
         return row
 
+    def _leaving(self) -> Leaving | None:
+        """When the round's clients leave (availability windows on the virtual clock): the ledger fails a transfer
+        that would end after one of its clients left. None without availability, or for an asynchronous method
+        (which times its clients across rounds itself)."""
+        fed = self.federation
+        system = fed.system_config
+        if fed.systems is None or system is None or system.availability_trace is None \
+                or getattr(self.algorithm, "asynchronous", False):
+            return None
+        from lit_fl.federation.ledger import Leaving
+
+        return Leaving(fed.systems, fed.virtual_s)
+
     def _charge_time(self) -> dict[str, float]:
         """The round on the virtual clock (:mod:`lit_fl.system.clock`): ``round_virtual_s`` and the run's
-        ``virtual_s`` so far."""
+        ``virtual_s`` so far; with availability windows, ``left_clients`` (the clients that left mid-round)."""
         from lit_fl.federation.endpoints import SERVER
         from lit_fl.system.clock import round_time
 
         assert self.federation.systems is not None
         seconds = round_time(self.ledger.events, self.federation.systems, SERVER, self.ledger.cutoff_s).seconds
         self.federation.virtual_s += seconds
-        return {"virtual_s": self.federation.virtual_s, "round_virtual_s": seconds}
+        left = {"left_clients": float(len(self.ledger.departed))} if self.ledger.leaving else {}
+        return {"virtual_s": self.federation.virtual_s, "round_virtual_s": seconds, **left}
 
     def _privacy_metrics(self) -> dict[str, float]:
         """The columns of DP with a per-client accountant (DP-SGD, DP on decentralized exchanges): every client's

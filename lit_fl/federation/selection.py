@@ -4,6 +4,7 @@ methods with a server (:func:`select_fraction`)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -42,24 +43,47 @@ def select_participants(
     rng: np.random.Generator,
     fixed_aggregator: int | None = None,
     topology: Topology | None = None,
-) -> Participants:
+    available: Collection[int] | None = None,
+) -> Participants | None:
     """Round 1: the lowest id aggregates. Later, the previous aggregator draws the next one uniformly among
     its neighbours (every other client on a mesh). The aggregator draws ``num_senders`` distinct senders
     among the clients it can reach (:meth:`Topology.reachable`: its neighbours, or everyone it reaches over
     several hops with ``topology.relay``), fewer when it reaches fewer. ``fixed_aggregator`` pins the aggregator
-    (ablation of A.4.2)."""
+    (ablation of A.4.2).
+
+    ``available`` (the clients there at the round's start on the virtual clock; None: everyone): the aggregator and
+    the senders are drawn among them; with no neighbour of the previous aggregator there, the previous aggregator
+    keeps the role if it is there, else the lowest id there takes it; None when nobody can aggregate."""
     topology = topology or mesh(num_clients)
+    there = _there(available, num_clients)
     if fixed_aggregator is not None:
         aggregator = fixed_aggregator
     elif round_ == 1 or previous_aggregator is None:
-        aggregator = 0
+        aggregator = 0 if available is None else min(there, default=-1)
     else:
-        candidates = topology.neighbours(previous_aggregator)
-        aggregator = int(rng.choice(candidates)) if len(candidates) else previous_aggregator
-    reachable = topology.reachable(aggregator)
+        candidates = _kept(topology.neighbours(previous_aggregator), there)
+        if len(candidates):
+            aggregator = int(rng.choice(candidates))
+        elif available is None or previous_aggregator in there:
+            aggregator = previous_aggregator
+        else:
+            aggregator = min(there, default=-1)
+    if aggregator not in there:
+        return None
+    reachable = _kept(topology.reachable(aggregator), there)
     count = min(num_senders(num_clients, sender_fraction), len(reachable))
     senders = rng.choice(reachable, size=count, replace=False) if count else np.empty(0, dtype=np.int64)
     return Participants(aggregator=aggregator, senders=tuple(int(s) for s in np.sort(senders)))
+
+
+def _there(available: Collection[int] | None, num_clients: int) -> set[int]:
+    return set(range(num_clients)) if available is None else set(available)
+
+
+def _kept(clients: np.ndarray, there: set[int]) -> np.ndarray:
+    """``clients`` that are there, in their order (the array itself when all are)."""
+    keep = np.array([int(c) in there for c in clients], dtype=bool)
+    return clients if keep.all() else clients[keep]
 
 
 def cohort(num_clients: int, fraction: float) -> int:
@@ -74,6 +98,15 @@ def select_fraction(federation: Federation, fraction: float) -> list[int]:
     n = federation.num_clients
     count = cohort(n, fraction)
     return sorted(int(c) for c in federation.rng.selection.choice(n, size=count, replace=False))
+
+
+def available_clients(federation: Federation) -> list[int] | None:
+    """The clients there at the round's start on the virtual clock (``federation.virtual_s``), or None without
+    availability windows (``system.availability_trace``): everyone is."""
+    system = federation.system_config
+    if federation.systems is None or system is None or system.availability_trace is None:
+        return None
+    return [c for c, s in enumerate(federation.systems) if s.available(federation.virtual_s)]
 
 
 def select_available(federation: Federation, fraction: float, over_selection: float = 0.0) -> list[int]:

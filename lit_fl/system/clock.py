@@ -13,6 +13,10 @@ The round's time is the latest ready time of a client that took part; a client's
 server round is download, training and upload of its slowest client; an aggregator waits for the last model to
 arrive before its mutual learning, and its returns follow. What is not charged: the server's own computation,
 evaluation, and a client's time between rounds.
+
+A client that leaves mid-round (its availability window ends) is a :class:`Departure`: the ledger records one when a
+transfer to or from the client would end after it left (the transfer fails, :mod:`lit_fl.federation.ledger`), and
+the client's time stops at its departure.
 """
 
 from __future__ import annotations
@@ -39,7 +43,15 @@ class Work:
     sample_mparams: float
 
 
-Event = Transfer | Work
+@dataclass(frozen=True)
+class Departure:
+    """Client ``client`` left ``at_s`` seconds into the round (its availability window ended)."""
+
+    client: int
+    at_s: float
+
+
+Event = Transfer | Work | Departure
 
 
 @dataclass(frozen=True)
@@ -55,18 +67,47 @@ def round_time(events: Sequence[Event], systems: Sequence[ClientSystem], server:
     """Charge ``events`` (in order) to the clients' ``systems``; ``server`` is the server's endpoint id. With
     ``cutoff_s`` (the server stopped waiting then: a deadline, or the last update over-selection kept) the round
     lasts that long."""
-    ready: dict[int, float] = {}
+    timeline = Timeline(systems, server)
     for event in events:
-        if isinstance(event, Work):
-            ready[event.client] = ready.get(event.client, 0.0) + systems[event.client].compute_s(event.sample_mparams)
-            continue
-        ends = [e for e in (event.source, event.target) if e != server]
-        start = max((ready.get(e, 0.0) for e in ends), default=0.0)
-        end = start + transfer_s(event, systems, server)
-        for e in ends:
-            ready[e] = end
+        timeline.add(event)
+    ready = timeline.ready
     seconds = max(ready.values(), default=0.0) if cutoff_s is None else cutoff_s
     return RoundTime(seconds, ready)
+
+
+class Timeline:
+    """Every client's ready time as a round's events happen (the arithmetic of :func:`round_time`, one event at a
+    time: the ledger keeps one to tell when a transfer would end)."""
+
+    def __init__(self, systems: Sequence[ClientSystem], server: int) -> None:
+        self.systems, self.server = systems, server
+        self.ready: dict[int, float] = {}
+        #: the clients that left, and when: their time stops there, whatever they are charged after
+        self.gone: dict[int, float] = {}
+
+    def add(self, event: Event) -> None:
+        if isinstance(event, Work):
+            self._set(event.client, self.ready.get(event.client, 0.0)
+                      + self.systems[event.client].compute_s(event.sample_mparams))
+        elif isinstance(event, Departure):
+            self.gone[event.client] = min(self.gone.get(event.client, event.at_s), event.at_s)
+            self._set(event.client, self.ready.get(event.client, 0.0))
+        else:
+            end = self.ends_at(event)
+            for e in self.ends(event):
+                self._set(e, end)
+
+    def _set(self, client: int, ready: float) -> None:
+        self.ready[client] = min(ready, self.gone.get(client, ready))
+
+    def ends_at(self, transfer: Transfer) -> float:
+        """When ``transfer`` would end: it starts when both its ends are ready."""
+        start = max((self.ready.get(e, 0.0) for e in self.ends(transfer)), default=0.0)
+        return start + transfer_s(transfer, self.systems, self.server)
+
+    def ends(self, transfer: Transfer) -> list[int]:
+        """The clients at either end of ``transfer`` (the server is never waited for)."""
+        return [e for e in (transfer.source, transfer.target) if e != self.server]
 
 
 def transfer_s(event: Transfer, systems: Sequence[ClientSystem], server: int) -> float:

@@ -34,8 +34,9 @@ class SystemConfig:
         capacity_trace: a file of per-client capacities instead of the draws: FedScale's ``client_device_capacity``
             pickle (read by a restricted unpickler: plain data only) or lit-fl's JSON (docs/system.md).
         availability_trace: a file of per-client availability windows: FedScale's ``client_behave_trace`` pickle or
-            lit-fl's JSON; without it every client is always there. A server method selects among the clients
-            there at the round's start.
+            lit-fl's JSON; without it every client is always there. A server method (and FedAsync, FedBuff)
+            selects among the clients there at the round's start; one that leaves before its update arrives fails
+            like a lost upload (``left_clients``). Methods that draw participants otherwise refuse it.
         deadline_s: a server method's round deadline (virtual seconds from the round's start): an update that
             arrives later is dropped (its traffic spent, the server unchanged by it); the round then lasts until
             the deadline.

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 from lit_fl.data.batches import ClientBatches, PlannedBatch
 from lit_fl.steps.phase import ClientWork, sample_mparams, trained_params
-from lit_fl.system.clock import Event, Transfer, Work, round_time
+from lit_fl.system.clock import Departure, Event, Transfer, Work, round_time
 from lit_fl.system.profiles import ClientSystem
 
 
@@ -45,7 +45,7 @@ def _fits(client: int, own: list[Event], systems: Sequence[ClientSystem], server
 
 
 def _ends(event: Event) -> tuple[int, ...]:
-    return (event.client,) if isinstance(event, Work) else (event.source, event.target)
+    return (event.client,) if isinstance(event, Work | Departure) else (event.source, event.target)
 
 
 def cut(work: object) -> tuple[bool, bool]:
