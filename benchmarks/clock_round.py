@@ -17,8 +17,10 @@ client (the unfused count beside them).
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -28,8 +30,12 @@ from kernels import ROOT, count  # noqa: E402
 
 BASE = ["--config", str(ROOT / "experiments/mnist5k/serverfedavg.yaml"), "--data.num_clients", "100",
         "--algorithm.init_args.client_fraction", "0.5", "--eval_every", "1"]
+#: every client there all the time (the departure checks of every transfer run, nobody leaves)
+TRACE = Path(tempfile.gettempdir()) / "lit_fl_clock_round_trace.json"
 SIDES = {"clock off": [],
-         "clock on": ["--system.clock", "true", "--system.speed", "lognormal", "--system.deadline_s", "1000000"]}
+         "clock on": ["--system.clock", "true", "--system.speed", "lognormal", "--system.deadline_s", "1000000"],
+         "clock on, availability": ["--system.clock", "true", "--system.speed", "lognormal", "--system.deadline_s",
+                                    "1000000", "--system.availability_trace", str(TRACE)]}
 
 
 def main() -> int:
@@ -37,6 +43,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=4)
     args = parser.parse_args()
+    TRACE.write_text(json.dumps({str(k): {"active": [0], "inactive": [1e12], "finish_time": 1e12} for k in range(100)}))
     seconds: dict[str, list[float]] = {side: [] for side in SIDES}
     for _ in range(args.repeats):  # interleaved: the two sides see the same machine
         for side, extra in SIDES.items():
@@ -58,7 +65,7 @@ PROX = ["--config", str(ROOT / "experiments/mnist5k/serverfedprox.yaml"), "--dat
         "--algorithm.init_args.client_fraction", "0.5", "--eval_every", "1", "--system.clock", "true",
         "--system.speed", "lognormal", "--system.speed_scale", "20"]
 DEADLINES = {"whole work": ["--system.deadline_s", "1000000"],
-             "partial work": ["--system.deadline_s", "0.8", "--system.partial_work", "true"]}
+             "partial work": ["--system.deadline_s", "0.25", "--system.partial_work", "true"]}
 
 
 def partial_work() -> None:
@@ -74,8 +81,6 @@ def partial_work() -> None:
 
 def _cut_updates(argv: list[str]) -> str:
     """``partial_updates`` of the last round of one run (``-`` without partial work)."""
-    import tempfile
-
     from lit_fl.cli import main
     from lit_fl.tracking import read_metrics
 
