@@ -1,6 +1,8 @@
 """Communication ledger: the one place models travel. It counts the megabytes of every transfer and applies the
 configured client faults (``faults.*``), so every method, a user's included, fails the same way without code of its
-own: a sender that fails sends nothing, a returned model can be lost on the way back."""
+own: a sender that fails sends nothing, a returned model can be lost on the way back. On the virtual clock with
+availability windows (:class:`Leaving`), a client that leaves mid-round fails the same way: a transfer fails when a
+client at either end leaves before it would end."""
 
 from __future__ import annotations
 

@@ -42,6 +42,7 @@ SWEEPS = [
     ("Differential privacy: DP-FedAvg", "mnist5k_dp_fedavg", 0.8),
     ("Differential privacy: DP-SGD", "mnist5k_dp_sgd", 0.8),
     ("System heterogeneity: the virtual clock", "mnist5k_clock", 0.8),
+    ("System heterogeneity: the virtual clock", "mnist5k_partial_work", 0.9),
 ]
 
 
