@@ -9,7 +9,7 @@ fails (see ``test_fusion``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -50,7 +50,6 @@ from lit_fl.federation.builder import build_federation
 from lit_fl.federation.ledger import CommunicationLedger
 from lit_fl.federation.state import Federation
 from lit_fl.steps import StepRunner, phase
-from lit_fl.steps.fusion import native_cpu_convolutions
 from lit_fl.steps.gradient import GradientWork
 from lit_fl.steps.predict import PredictWork
 
@@ -108,16 +107,8 @@ UNFUSED_DIGEST = ("fedmd", "dsfl", "ktpfl")
 PUBLIC = ("periodic_codist", "merged_codist", "fdmeta", "fedmd", "dsfl", "ktpfl")
 
 
-@pytest.fixture(autouse=True)
-def float64(one_thread: None) -> Iterator[None]:
-    """float64 everywhere, PyTorch's own CPU convolutions on both sides (as a fused phase uses on a CPU)."""
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    try:
-        with native_cpu_convolutions(torch.device("cpu")):
-            yield
-    finally:
-        torch.set_default_dtype(previous)
+#: float64 everywhere, PyTorch's own CPU convolutions on both sides (as a fused phase uses on a CPU)
+pytestmark = pytest.mark.usefixtures("float64_native")
 
 
 def federation(name: str) -> Federation:

@@ -255,12 +255,17 @@ def test_a_paper_row_without_a_run_is_shown_and_counted_and_the_most_specific_ro
     assert "FedAvg [paper only: no run],0,0,,,,,,,,,0,0.7,0.6" in to_csv(comparison, 0.7)
 
 
+def run_with(column: str, seed: int, accuracy: list[float], values: list[float] | None) -> RunResult:
+    """A run with ``values`` of ``column`` per round beside its accuracy, or without the column (``None``)."""
+    rows = [{"round": float(r), "global_acc": a, "comm_mb": float(r)} for r, a in enumerate(accuracy, 1)]
+    for row, value in zip(rows, values or []):
+        row[column] = value
+    return RunResult(name=f"s{seed}", path=Path(f"s{seed}"), params={}, seed=seed, rows=rows)
+
+
 def private_run(seed: int, accuracy: list[float], epsilons: list[float] | None) -> RunResult:
     """A run with ``epsilon`` per round (a differentially private one), or without (``None``)."""
-    rows = [{"round": float(r), "global_acc": a, "comm_mb": float(r)} for r, a in enumerate(accuracy, 1)]
-    for row, eps in zip(rows, epsilons or []):
-        row["epsilon"] = eps
-    return RunResult(name=f"s{seed}", path=Path(f"s{seed}"), params={}, seed=seed, rows=rows)
+    return run_with("epsilon", seed, accuracy, epsilons)
 
 
 def test_a_private_comparison_shows_epsilon_beside_accuracy_and_draws_accuracy_against_it(tmp_path: Path) -> None:
@@ -314,10 +319,7 @@ def test_a_comparison_without_privacy_has_no_epsilon_column() -> None:
 
 def timed_run(seed: int, accuracy: list[float], virtual: list[float] | None) -> RunResult:
     """A run with ``virtual_s`` per round (on the virtual clock), or without (``None``)."""
-    rows = [{"round": float(r), "global_acc": a, "comm_mb": float(r)} for r, a in enumerate(accuracy, 1)]
-    for row, seconds in zip(rows, virtual or []):
-        row["virtual_s"] = seconds
-    return RunResult(name=f"s{seed}", path=Path(f"s{seed}"), params={}, seed=seed, rows=rows)
+    return run_with("virtual_s", seed, accuracy, virtual)
 
 
 def test_runs_on_the_virtual_clock_are_drawn_against_virtual_time(tmp_path: Path) -> None:

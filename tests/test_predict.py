@@ -9,7 +9,6 @@ float32 effect (1e-7) or a wrong model (O(1))."""
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -18,7 +17,6 @@ from torch import nn
 from lit_fl.losses import LOSSES
 from lit_fl.models import create_model
 from lit_fl.steps import StepRunner
-from lit_fl.steps.fusion import native_cpu_convolutions
 from lit_fl.steps.gradient import GradientWork
 from lit_fl.steps.phase import ClientWork
 from lit_fl.steps.predict import PredictWork
@@ -26,18 +24,6 @@ from lit_fl.steps.predict import PredictWork
 #: float64's unit roundoff (1.1e-16) x 10^4 (module docstring)
 RTOL = 1e-12
 SHAPE = (1, 8, 8)
-
-
-@pytest.fixture
-def float64(one_thread: None) -> Iterator[None]:
-    """float64 models and inputs, PyTorch's own CPU convolutions on both sides (as a fused phase uses on a CPU)."""
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    try:
-        with native_cpu_convolutions(torch.device("cpu")):
-            yield
-    finally:
-        torch.set_default_dtype(previous)
 
 
 def models(arch: str, count: int, classes: int = 4) -> list[nn.Module]:
@@ -78,7 +64,7 @@ def test_predict_is_each_model_alone_in_eval_mode_and_keeps_the_modes(fuse: str)
 
 @pytest.mark.parametrize("arch", ["cnn_4_8", "cnn_bn_4_8"])  # hand-fused CNN, and vmap with BatchNorm
 @pytest.mark.parametrize("shared", [True, False])
-def test_fused_predict_equals_one_by_one(float64: None, arch: str, shared: bool) -> None:
+def test_fused_predict_equals_one_by_one(float64_native: None, arch: str, shared: bool) -> None:
     clients = [*models(arch, 3), *models("cnn_8", 2)]  # two architectures: two fused groups
     inputs = [torch.randn(9, *SHAPE)] * 5 if shared else [torch.randn(9, *SHAPE) for _ in clients]
     works = [PredictWork(n, m, x, chunk=4) for n, (m, x) in enumerate(zip(clients, inputs))]
@@ -89,7 +75,7 @@ def test_fused_predict_equals_one_by_one(float64: None, arch: str, shared: bool)
         torch.testing.assert_close(a.value, b.value, rtol=RTOL, atol=RTOL * float(b.value.abs().max()))
 
 
-def test_an_output_function_of_tuples_fuses_too(float64: None) -> None:
+def test_an_output_function_of_tuples_fuses_too(float64_native: None) -> None:
     """UA-PDFL's outputs: the logits and the classifier's input, for every model at once."""
     from lit_fl.algorithms.unit_representation import ModelSplit
 
@@ -118,7 +104,7 @@ def test_a_none_work_has_no_value_and_kinds_do_not_mix() -> None:
 
 
 @pytest.mark.parametrize("loss", ["ce", "wsm"])
-def test_gradient_work_is_the_eval_mode_gradient_and_fuses(float64: None, loss: str) -> None:
+def test_gradient_work_is_the_eval_mode_gradient_and_fuses(float64_native: None, loss: str) -> None:
     clients = models("cnn_bn_4_8", 3)
     batches = [(torch.randn(6, *SHAPE), torch.randint(0, 4, (6,))) for _ in clients]
     proportions = [torch.softmax(torch.randn(4), 0) for _ in clients]
