@@ -82,3 +82,19 @@ class PrivacyConfig:
     @property
     def enabled(self) -> bool:
         return self.level != "none"
+
+    def delta_for(self, units: int, unit: str, leak: str) -> float:
+        """``delta``, or by default ``1 / units^1.1`` (``units``: the users, or a client's records, that one guarantee
+        covers); one line when it is not below ``1 / units`` (``unit`` names them, ``leak`` says what could leak)."""
+        delta = self.delta if self.delta is not None else 1.0 / units ** 1.1
+        if delta >= 1.0 / units:
+            raise ConfigError(f"privacy.delta: {delta:g} must be below 1 / ({unit}) = 1/{units}, or {leak} could leak "
+                              "with probability delta")
+        return delta
+
+    def refuse_user_level_keys(self, owner: str, taker: str) -> None:
+        """One line for a key of user-level DP on a server (``owner``) given to another level (``taker``)."""
+        for key in ("noise_cohort_size", "population", "target_quantile"):
+            if getattr(self, key) is not None:
+                raise ConfigError(f"privacy.{key}: belongs to {owner}; {taker} takes clip_norm, noise_multiplier or "
+                                  "target_epsilon, delta and accountant")

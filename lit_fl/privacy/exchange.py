@@ -64,17 +64,11 @@ def _mechanism(sigma: float) -> SampledGaussian:
 def plan_exchange_privacy(config: PrivacyConfig, num_clients: int, rounds: int) -> ExchangePlan:
     """Resolve ``config`` for a decentralized method of ``num_clients`` over ``rounds`` rounds; ``target_epsilon`` is
     calibrated for a client that releases once every round (the most any of these methods releases)."""
-    for key in ("noise_cohort_size", "population", "target_quantile"):
-        if getattr(config, key) is not None:
-            raise ConfigError(f"privacy.{key}: belongs to user-level DP on a server; DP on decentralized exchanges "
-                              "takes clip_norm, noise_multiplier or target_epsilon, delta and accountant")
+    config.refuse_user_level_keys("user-level DP on a server", "DP on decentralized exchanges")
     if config.client_sampling != "poisson":
         raise ConfigError("privacy.client_sampling: a decentralized method draws its own participants; DP on its "
                           "exchanges takes no client_sampling (leave it unset)")
-    delta = config.delta if config.delta is not None else 1.0 / num_clients ** 1.1
-    if delta >= 1.0 / num_clients:
-        raise ConfigError(f"privacy.delta: {delta:g} must be below 1 / (number of users) = 1/{num_clients}, or one "
-                          "user's whole data could leak with probability delta")
+    delta = config.delta_for(num_clients, "number of users", "one user's whole data")
     sigma = config.noise_multiplier
     if config.target_epsilon is not None:
         if ExchangePlan(config, MAX_NOISE_MULTIPLIER, delta).client_epsilon(rounds) > config.target_epsilon:

@@ -69,10 +69,7 @@ def plan_privacy(config: PrivacyConfig, num_clients: int, client_fraction: float
     if sample_size > population:
         raise ConfigError(f"privacy.noise_cohort_size: {sample_size} is more than the population of {population} "
                           "users it is sampled from (privacy.population)")
-    delta = config.delta if config.delta is not None else 1.0 / population ** 1.1
-    if delta >= 1.0 / population:
-        raise ConfigError(f"privacy.delta: {delta:g} must be below 1 / (number of users) = 1/{population}, or one "
-                          "user's whole data could leak with probability delta")
+    delta = config.delta_for(population, "number of users", "one user's whole data")
     if config.client_sampling == "fixed" and config.noise_cohort_size is not None:
         raise ConfigError("privacy.noise_cohort_size: takes client_sampling poisson")
     mechanism = SampledGaussian(config.noise_multiplier or 0.0, sample_size, population, config.client_sampling)

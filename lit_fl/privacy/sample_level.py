@@ -61,15 +61,8 @@ def plan_sample_privacy(config: PrivacyConfig, train_sizes: Sequence[int], batch
     """Resolve ``config`` for clients of ``train_sizes`` that train ``local_epochs`` a round at ``batch_size``;
     bad combinations are one line naming the key. ``target_epsilon`` is calibrated for the worst client if every
     client trained every round (an upper bound on what the run spends)."""
-    for key in ("noise_cohort_size", "population", "target_quantile"):
-        if getattr(config, key) is not None:
-            raise ConfigError(f"privacy.{key}: belongs to user-level DP (privacy.level user); level sample takes "
-                              "clip_norm, noise_multiplier or target_epsilon, delta and accountant")
-    records = max(train_sizes)
-    delta = config.delta if config.delta is not None else 1.0 / records ** 1.1
-    if delta >= 1.0 / records:
-        raise ConfigError(f"privacy.delta: {delta:g} must be below 1 / (a client's train samples) = 1/{records}, "
-                          "or one sample could leak with probability delta")
+    config.refuse_user_level_keys("user-level DP (privacy.level user)", "level sample")
+    delta = config.delta_for(max(train_sizes), "a client's train samples", "one sample")
     sigma = config.noise_multiplier
     if config.target_epsilon is not None:
         sigma = _calibrated(config, _run_histories(train_sizes, batch_size, local_epochs, rounds), delta)
