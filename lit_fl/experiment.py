@@ -447,14 +447,12 @@ def _fastest_round_s(algorithm: Algorithm, federation: Federation, client: Clien
     """Seconds ``client`` needs for a round: download, its local epochs over its data (one batch with partial
     work), upload."""
     from lit_fl.federation.ledger import model_megabytes
-    from lit_fl.system.clock import MEGABITS_PER_MB
+    from lit_fl.system.clock import round_trip_s
 
     system = federation.systems[client.id]  # type: ignore[index]
-    megabits = model_megabytes(client.model) * MEGABITS_PER_MB
     params = sum(p.numel() for p in client.model.parameters()) / 1e6
     samples = min(algorithm.batch_size, client.num_train) if partial else algorithm.local_epochs * client.num_train
-    return (2 * system.latency_s + megabits / system.download_mbps + megabits / system.upload_mbps
-            + system.compute_s(samples * params))
+    return round_trip_s(system, model_megabytes(client.model), samples * params)
 
 
 def topology_used(algorithm: Algorithm, federation: Federation) -> str:

@@ -131,7 +131,7 @@ class AsyncServerAlgorithm(ServerAlgorithm):
         """Start ``count`` idle clients (there at ``now``) from the current server model: one client phase; each is
         in flight until it would arrive. Their losses."""
         from lit_fl.federation.ledger import model_megabytes
-        from lit_fl.system.clock import MEGABITS_PER_MB
+        from lit_fl.system.clock import round_trip_s
 
         assert federation.systems is not None
         busy = {u.client for u in self.in_flight}
@@ -153,14 +153,13 @@ class AsyncServerAlgorithm(ServerAlgorithm):
             clients.append(client)
             works.append(self.local_work(client, federation))
         results = runner.run_phase(works)
-        megabits = model_megabytes(server) * MEGABITS_PER_MB
+        mb = model_megabytes(server)
         for client, work in zip(clients, works):
             if work is None:
                 continue
             system = federation.systems[client.id]
             params = sum(p.numel() for p in client.model.parameters()) / 1e6
-            seconds = (2 * system.latency_s + megabits / system.download_mbps + megabits / system.upload_mbps
-                       + system.compute_s(self.local_epochs * client.num_train * params))
+            seconds = round_trip_s(system, mb, self.local_epochs * client.num_train * params)
             leaves = system.leaves(now)
             left = now + seconds > leaves
             self.in_flight.append(InFlight(client.id, self.version, leaves if left else now + seconds,

@@ -165,7 +165,7 @@ class CommunicationLedger:
         hops = self.links(source, target, hops)
         if not self.reaches(source, target):
             return False
-        leaving = self._departing(source, target, model_megabytes(model) * hops)
+        leaving = self._departing(source, target, model, hops)
         if leaving:  # a client left before the model arrived: nothing counts as sent
             self._depart(leaving)
             return False
@@ -176,7 +176,7 @@ class CommunicationLedger:
         """``model`` travels back from ``source`` to ``target``; False when it was lost on the way (:meth:`returns`):
         the traffic is spent, the target does not get it."""
         hops = self.links(source, target, hops)
-        leaving = self._departing(source, target, model_megabytes(model) * hops)
+        leaving = self._departing(source, target, model, hops)
         self._record(source, target, model, hops, returned=True)
         arrives = self.returns(source, target)  # drawn whether or not a client left: the fault stream is unchanged
         self._depart(leaving)
@@ -191,11 +191,12 @@ class CommunicationLedger:
         expected = self.topology.hops(source, target)
         return expected if hops is None else hops
 
-    def _departing(self, source: int, target: int, mb: float) -> list[Departure]:
-        """The clients of a transfer of ``mb`` megabytes that leave before it would end (none without ``leaving``)."""
+    def _departing(self, source: int, target: int, model: nn.Module, hops: int) -> list[Departure]:
+        """The clients of a transfer of ``model`` over ``hops`` links that leave before it would end (none without
+        ``leaving``)."""
         if self._leaving is None or self._timeline is None:
             return []
-        transfer = Transfer(source, target, mb)
+        transfer = Transfer(source, target, model_megabytes(model) * hops)
         end = self._timeline.ends_at(transfer)
         leaves = {e: self._leaving.after_s(e) for e in self._timeline.ends(transfer)}
         return [Departure(e, at) for e, at in leaves.items() if at < end]

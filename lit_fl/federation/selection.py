@@ -113,8 +113,9 @@ def select_available(federation: Federation, fraction: float, over_selection: fl
     """Under the virtual clock: ``ceil(cohort * (1 + over_selection))`` distinct clients among those available at
     the round's start (``federation.virtual_s``; an offline client cannot be selected), at most all of them, drawn
     from ``federation.rng.selection``, sorted; none when nobody is there."""
-    assert federation.systems is not None
-    there = [c for c, system in enumerate(federation.systems) if system.available(federation.virtual_s)]
+    there = available_clients(federation)
+    if there is None:  # no availability windows: everyone is there
+        there = list(range(federation.num_clients))
     count = min(math.ceil(cohort(federation.num_clients, fraction) * (1 + over_selection) - 1e-9), len(there))
     if count == 0:
         return []

@@ -120,3 +120,12 @@ def transfer_s(event: Transfer, systems: Sequence[ClientSystem], server: int) ->
         rates.append(systems[event.target].download_mbps)
     latency = max([systems[e].latency_s for e in (event.source, event.target) if e != server], default=0.0)
     return latency + event.mb * MEGABITS_PER_MB / min(rates) if rates else 0.0
+
+
+def round_trip_s(system: ClientSystem, mb: float, sample_mparams: float) -> float:
+    """Seconds a client alone takes to download ``mb`` megabytes, train on ``sample_mparams`` and upload ``mb``: two
+    latencies, the model over each direction of its link, and its compute (what :func:`round_time` charges a client
+    whose round is only that)."""
+    megabits = mb * MEGABITS_PER_MB
+    return (2 * system.latency_s + megabits / system.download_mbps + megabits / system.upload_mbps
+            + system.compute_s(sample_mparams))
