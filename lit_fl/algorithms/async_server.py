@@ -100,7 +100,8 @@ class AsyncServerAlgorithm(ServerAlgorithm):
         if not self.in_flight:  # the run's start (or every update was lost): fill the pipeline
             losses = self.dispatch(min(self.concurrency, federation.num_clients), start, federation, runner, ledger)
         arrived = self.next_arrivals()
-        self.in_flight = [u for u in self.in_flight if u not in arrived]
+        taken = {id(u) for u in arrived}
+        self.in_flight = [u for u in self.in_flight if id(u) not in taken]
         now = max((u.arrives_s for u in arrived), default=start)
         server = federation.server[GLOBAL]
         # a client that left sends nothing; a failed upload arrives as nothing
@@ -120,10 +121,12 @@ class AsyncServerAlgorithm(ServerAlgorithm):
         """The in-flight updates this step takes, in the order they arrive: the first :attr:`buffer_size` that
         arrive, with the departures (clients that left) before them; the server refills every slot they held."""
         taken: list[InFlight] = []
+        arrivals = 0
         for update in sorted(self.in_flight, key=lambda u: (u.arrives_s, u.client)):
-            if sum(not u.left for u in taken) == self.buffer_size:
+            if arrivals == self.buffer_size:
                 break
             taken.append(update)
+            arrivals += not update.left
         return taken
 
     def dispatch(self, count: int, now: float, federation: Federation, runner: StepRunner,
