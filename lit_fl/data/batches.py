@@ -79,8 +79,7 @@ class ClientBatches:
                 plan.append(PlannedBatch(order[start : start + self.batch_size], seed))
         self.drawn = len(plan)
         if self.budget is not None:
-            budget = self.budget
-            plan = plan[:bisect_right(range(1, len(plan) + 1), False, key=lambda m: not budget(plan[:m]))]
+            plan = plan[:longest_allowed(plan, self.budget)]
         self.kept = len(plan)
         return plan
 
@@ -100,6 +99,12 @@ class ClientBatches:
             return x
         g = torch.Generator(device=x.device).manual_seed(seed)
         return AUGMENTATIONS[self.augment](x, padding=4, generator=g, fill=self.black)
+
+
+def longest_allowed(plan: list[PlannedBatch], allows: Callable[[list[PlannedBatch]], bool]) -> int:
+    """The largest ``m`` with ``allows(plan[:m])``, by bisection (``allows`` holds for every prefix of a prefix it
+    allows)."""
+    return bisect_right(range(1, len(plan) + 1), False, key=lambda m: not allows(plan[:m]))
 
 
 @dataclass(frozen=True)
