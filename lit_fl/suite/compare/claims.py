@@ -241,7 +241,7 @@ def _by_seed(group: Group, metric: str, claim: Claim, kind: MetricKind) -> Side:
         if not run.complete:
             unfinished.setdefault(run.seed, []).append(run)
         elif run.seed not in values:
-            values[run.seed] = (_log(time_to_target(run, metric, claim.target, claim.axis, kind))
+            values[run.seed] = (_log(run.at_target(metric, claim.target, claim.axis))
                                 if claim.at == "to_target" and claim.target is not None
                                 else run_value(run, metric, claim.at, kind))
     return values, unfinished
@@ -269,15 +269,6 @@ def run_value(run: RunResult, metric: str, at: str, kind: MetricKind | None = No
 def _log(cost: float) -> float:
     """The log of a cost to target (NaN for none, or for a cost that is not positive: no ratio to take)."""
     return math.log(cost) if cost > 0 else math.nan
-
-
-def time_to_target(run: RunResult, metric: str, target: float, axis: str, kind: MetricKind | None = None) -> float:
-    """``axis`` (e.g. ``virtual_s``) at the run's first row whose ``metric`` reached ``target``; NaN when none did."""
-    kind = kind or MetricKind(metric)
-    for row in run.rows:
-        if kind.reaches(row.get(metric, math.nan), target):
-            return float(row.get(axis, math.nan))
-    return math.nan
 
 
 def _context(params: dict[str, Any], keys: set[str]) -> str:

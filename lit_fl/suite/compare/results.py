@@ -20,6 +20,7 @@ from lit_fl.suite.manifest import Manifest, is_sweep_dir
 from lit_fl.suite.paper import Paper, load_paper, paper_row
 from lit_fl.suite.plan import short_value
 from lit_fl.tracking import BASE_COLUMNS, read_metrics
+from lit_fl.tracking.metric_kind import MetricKind
 
 #: config keys that never define a configuration
 IGNORED = ("seed", "name", "run_dir", "resume", "logger", "trainer", "checkpoint_every")
@@ -41,6 +42,15 @@ class RunResult:
 
     def column(self, key: str) -> list[float]:
         return [row.get(key, math.nan) for row in self.rows]
+
+    def at_target(self, metric: str, target: float, column: str) -> float:
+        """``column`` (``round``, ``comm_mb``, ``virtual_s``) at the first row whose ``metric`` reached ``target``
+        (``>=``; ``<=`` for a loss); NaN when none did, or the row has no such column."""
+        kind = MetricKind(metric)
+        for row in self.rows:
+            if kind.reaches(row.get(metric, math.nan), target):
+                return float(row.get(column, math.nan))
+        return math.nan
 
 
 @dataclass

@@ -78,21 +78,7 @@ class TableRow:
 def first_reach(run: RunResult, metric: str, target: float) -> tuple[float, float]:
     """``(round, comm_mb)`` of the first evaluated round at which ``metric`` reaches ``target`` (``>=``; ``<=`` for
     a loss), NaN when never."""
-    kind = MetricKind(metric)
-    for row in run.rows:
-        if kind.reaches(row.get(metric, math.nan), target):
-            return float(row["round"]), float(row.get("comm_mb", math.nan))
-    return math.nan, math.nan
-
-
-def first_reach_virtual(run: RunResult, metric: str, target: float) -> float:
-    """``virtual_s`` of the first evaluated round at which ``metric`` reaches ``target``; NaN when never or without
-    the virtual clock."""
-    kind = MetricKind(metric)
-    for row in run.rows:
-        if kind.reaches(row.get(metric, math.nan), target):
-            return float(row.get("virtual_s", math.nan))
-    return math.nan
+    return run.at_target(metric, target, "round"), run.at_target(metric, target, "comm_mb")
 
 
 def table_rows(comparison: Comparison, target: float) -> list[TableRow]:
@@ -143,7 +129,7 @@ def _row(comparison: Comparison, group: Group, target: float) -> TableRow:
         reached=sum(not math.isnan(r) for r, _ in reach),
         paper=paper_value_of(comparison, group),
         epsilon=Stat([run.rows[-1].get("epsilon", math.nan) for run in runs]),
-        virtual_to_target=Stat([first_reach_virtual(run, metric, target) for run in runs]),
+        virtual_to_target=Stat([run.at_target(metric, target, "virtual_s") for run in runs]),
     )
 
 
